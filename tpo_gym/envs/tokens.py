@@ -1,0 +1,153 @@
+"""Token tasks of the paper (spec 3.4): copy, flip, reverse copy and reverse flip a random prompt.
+
+A prompt ``x`` of ``H`` tokens is drawn i.i.d. uniform over ``{0..V-1}``; the agent writes ``H``
+tokens ``a_0..a_{H-1}``, one per step, and is scored against the target ``y*``:
+copy ``y*_t = x_t``; flip ``y*_t = (V-1) - x_t``; reverse copy ``y*_t = x_{H-1-t}``;
+reverse flip ``y*_t = (V-1) - x_{H-1-t}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from tpo_gym.vector import (
+    BatchedTask,
+    BatchedTaskEnv,
+    BatchedTaskVectorEnv,
+    check_choice,
+    check_int,
+    check_int_array,
+    readonly,
+)
+
+LOGICS = ("copy", "flip", "reverse_copy", "reverse_flip")
+REWARDS = ("bag_of_tokens", "sequential", "terminal")
+
+
+class TokenTask(BatchedTask):
+    """Batched token task: prompts [n, H], targets [n, H], the 2H token buffers and the rewards."""
+
+    def __init__(self, logic: str, reward: str, sequence_length: int, vocab_size: int) -> None:
+        super().__init__()
+        self.logic = check_choice("logic", logic, LOGICS)
+        self.reward = check_choice("reward", reward, REWARDS)
+        self.horizon = check_int("sequence_length", sequence_length, 1)
+        self.vocab_size = check_int("vocab_size", vocab_size, 2)
+        self.pad = self.vocab_size
+        self.observation_space = spaces.MultiDiscrete(np.full(2 * self.horizon, self.vocab_size + 1),
+                                                      dtype=np.int64)
+        self.action_space = spaces.Discrete(self.vocab_size)
+
+    def sample_contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.integers(0, self.vocab_size, size=(n, self.horizon), dtype=np.int64)
+
+    def check_contexts(self, contexts: Any) -> np.ndarray:
+        prompts = check_int_array("prompt", contexts, self.vocab_size, 2)
+        if prompts.shape[1] != self.horizon:
+            raise ValueError(f"a prompt must hold sequence_length={self.horizon} tokens, "
+                             f"got {prompts.shape[1]}")
+        return prompts
+
+    def targets_of(self, prompts: np.ndarray) -> np.ndarray:
+        """Target sequences y* [n, H] of prompts [n, H] under this task's logic."""
+        targets = prompts[:, ::-1] if self.logic.startswith("reverse") else prompts
+        return (self.vocab_size - 1) - targets if self.logic.endswith("flip") else targets.copy()
+
+    def _start(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
+        n, H = contexts.shape
+        self.targets = self.targets_of(contexts)
+        self.buffer = np.concatenate([contexts, np.full((n, H), self.pad, dtype=np.int64)], axis=1)
+        self.correct = np.zeros((n, H), dtype=bool)
+        self.alive = np.ones(n, dtype=bool)
+        return {"prompt": contexts.copy(), "target": self.targets.copy()}
+
+    def _observe(self) -> np.ndarray:
+        return self.buffer.copy()
+
+    def _advance(self, actions: np.ndarray) -> np.ndarray:
+        t, H = self.step_index, self.horizon
+        hit = actions == self.targets[:, t]
+        self.buffer[:, H + t] = actions
+        self.correct[:, t] = hit
+        if self.reward == "bag_of_tokens":
+            return hit
+        if self.reward == "sequential":
+            self.alive &= hit
+            return self.alive.copy()
+        if t < H - 1:
+            return np.zeros(len(actions))
+        return H * self.correct.all(axis=1)
+
+    def _final_info(self) -> dict[str, np.ndarray]:
+        if self.reward == "bag_of_tokens":
+            token_rewards = self.correct
+        elif self.reward == "sequential":
+            token_rewards = np.cumprod(self.correct, axis=1)
+        else:
+            token_rewards = np.repeat(self.correct.all(axis=1, keepdims=True), self.horizon, axis=1)
+        token_rewards = token_rewards.astype(np.float32)
+        exact = self.correct.all(axis=1)
+        token_error = 1.0 - token_rewards.mean(axis=1, dtype=np.float64)
+        return {"token_rewards": token_rewards, "token_error": token_error, "exact_match": exact,
+                "is_success": exact.copy()}
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        if self.reward == "terminal":
+            raise ValueError("score_candidates needs a per-step reward (bag_of_tokens or sequential): the "
+                             "terminal reward only scores whole sequences, so use sequence-level groups "
+                             "(reset(options={'group_size': K}) and K full episodes per prompt)")
+        return super().score_candidates(candidates)
+
+    def _score(self, candidates: np.ndarray) -> np.ndarray:
+        hit = candidates == self.targets[:, self.step_index, None]
+        return hit & self.alive[:, None] if self.reward == "sequential" else hit
+
+
+class TokenTaskEnv(BatchedTaskEnv):
+    """Write the target sequence of a random prompt, one token per step (spec 3.4).
+
+    Observation: ``MultiDiscrete([V+1] * 2H)`` int64, ``[x_0..x_{H-1}, a_0..a_{t-1}, PAD, ...]``
+    with ``PAD = V`` in the slots not yet written. Action: ``Discrete(V)``, the next token ``a_t``.
+    Reward, with ``c_t = 1[a_t = y*_t]``: ``bag_of_tokens`` ``r_t = c_t``; ``sequential``
+    ``r_t = prod_{s<=t} c_s``; ``terminal`` ``r_t = 0`` for ``t < H-1`` and
+    ``r_{H-1} = H * prod_s c_s``. For all three, return / H = the paper's sequence score.
+    Termination: after ``H`` steps (``terminated=True``); never truncated.
+    Info: reset holds ``prompt``, ``target`` and ``context`` (= prompt). The final step holds
+    ``token_rewards`` (float32 [H], spec 3.4: ``c``, ``cumprod(c)``, or the exact-match flag at
+    every position), ``token_error = 1 - mean(token_rewards)``, ``exact_match`` and
+    ``is_success`` (= ``exact_match``).
+    Grouped use: ``score_candidates(cands [K])`` gives ``1[cand = y*_t]`` (bag) or
+    ``alive_t * 1[cand = y*_t]`` (sequential, ``alive_t`` = all taken tokens so far correct)
+    and raises ``ValueError`` for terminal reward; ``reset(options={"context": prompt})``
+    replays a prompt.
+    Arguments: ``logic`` in ``LOGICS``, ``reward`` in ``REWARDS``, ``sequence_length`` H >= 1,
+    ``vocab_size`` V >= 2.
+    """
+
+    def __init__(self, logic: str = "copy", reward: str = "bag_of_tokens", sequence_length: int = 10,
+                 vocab_size: int = 2) -> None:
+        super().__init__(TokenTask(logic, reward, sequence_length, vocab_size))
+
+
+class TokenTaskVectorEnv(BatchedTaskVectorEnv):
+    """``num_envs`` token-task episodes as one numpy batch (see ``TokenTaskEnv`` and
+    ``BatchedTaskVectorEnv``); contexts are the prompts."""
+
+    def __init__(self, num_envs: int, logic: str = "copy", reward: str = "bag_of_tokens",
+                 sequence_length: int = 10, vocab_size: int = 2, group_size: int = 1,
+                 max_episode_steps: int | None = None) -> None:
+        super().__init__(TokenTask(logic, reward, sequence_length, vocab_size), num_envs, group_size,
+                         max_episode_steps)
+
+    @property
+    def prompts(self) -> np.ndarray:
+        """Read-only prompts x of the current episodes, [num_envs, H]."""
+        return readonly(self.task.contexts)
+
+    @property
+    def targets(self) -> np.ndarray:
+        """Read-only targets y* of the current episodes, [num_envs, H]."""
+        return readonly(self.task.targets)

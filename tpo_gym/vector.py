@@ -1,0 +1,438 @@
+"""Natively batched env core, shared by every ``tpo_gym`` task.
+
+One numpy object, a :class:`BatchedTask`, holds ``n`` episodes of a fixed-length task that run in
+lockstep (every episode of a task has the same number of steps, so a batch that is reset together
+also ends together). Two thin Gymnasium front ends sit on top of it:
+
+* :class:`BatchedTaskEnv`: a plain ``gymnasium.Env``, the ``n = 1`` case;
+* :class:`BatchedTaskVectorEnv`: a ``gymnasium.vector.VectorEnv`` over ``n`` sub-envs, with
+  same-step autoreset.
+
+Both draw contexts from one ``np.random.Generator`` seeded by ``reset(seed=...)`` with the same
+calls and shapes, so for one seed a single env and a vector env with ``num_envs=1`` produce
+identical transitions. ``SB3VecEnv`` (imported lazily, so that ``import tpo_gym`` does not import
+stable-baselines3 or torch) adapts any same-step vector env to SB3's ``VecEnv`` API.
+
+The two capabilities a grouped learner needs:
+
+* ``score_candidates(candidates)``: the reward each candidate action would get at the current
+  state, without changing the state;
+* shared contexts: ``reset(options={"context": c})`` (single env), and
+  ``reset(options={"group_size": G})`` / ``reset(options={"contexts": cs})`` (vector env).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.vec_env import VecEnv
+
+__all__ = ["BatchedTask", "BatchedTaskEnv", "BatchedTaskVectorEnv", "SB3VecEnv", "make_sb3_vec_env"]  # noqa: F822
+
+
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """Return ``value`` as an int, or raise ``ValueError`` naming the allowed range ``[low, high]``."""
+    allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not ok or value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+    return int(value)
+
+
+def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``allowed``, else raise ``ValueError`` listing them."""
+    if value not in allowed:
+        raise ValueError(f"unknown {name} {value!r}; allowed values: {', '.join(allowed)}")
+    return value
+
+
+def check_int_array(name: str, value: Any, n_values: int, ndim: int) -> np.ndarray:
+    """Return ``value`` as a fresh int64 array of ``ndim`` dims with entries in ``[0, n_values)``."""
+    array = np.asarray(value)
+    if array.ndim != ndim or (array.size and not np.issubdtype(array.dtype, np.integer)):
+        raise ValueError(f"{name} must be an integer array with {ndim} dims, got shape {array.shape} "
+                         f"and dtype {array.dtype}")
+    if array.size and (array.min() < 0 or array.max() >= n_values):
+        raise ValueError(f"{name} must lie in [0, {n_values - 1}], got values in "
+                         f"[{array.min()}, {array.max()}]")
+    return array.astype(np.int64)
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array``."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+class BatchedTask(ABC):
+    """Numpy state of ``n`` lockstep episodes of one fixed-length task.
+
+    A subclass sets ``horizon`` (steps per episode), the single-episode ``observation_space`` and
+    ``action_space`` (a ``Discrete``), and implements the batch dynamics in ``_start``,
+    ``_observe``, ``_advance``, ``_final_info`` and ``_score``. A context (a bandit context index,
+    a token prompt) fixes everything random about an episode, so replaying a context replays the
+    episode for the same actions.
+    """
+
+    horizon: int
+    observation_space: spaces.Space
+    action_space: spaces.Discrete
+
+    def __init__(self) -> None:
+        self.contexts: np.ndarray | None = None
+        self.step_index = 0
+
+    @abstractmethod
+    def sample_contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Draw ``n`` fresh contexts (leading axis ``n``) from ``rng``."""
+
+    @abstractmethod
+    def check_contexts(self, contexts: Any) -> np.ndarray:
+        """Validate a batch of contexts (leading axis = batch) and return a fresh int64 array."""
+
+    @abstractmethod
+    def _start(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
+        """Begin one episode per context; return extra reset info (arrays with leading axis n)."""
+
+    @abstractmethod
+    def _observe(self) -> np.ndarray:
+        """A fresh ``[n, *obs_shape]`` array of the current observations."""
+
+    @abstractmethod
+    def _advance(self, actions: np.ndarray) -> np.ndarray:
+        """Apply ``actions`` [n] at step ``step_index`` and return the rewards [n]."""
+
+    @abstractmethod
+    def _final_info(self) -> dict[str, np.ndarray]:
+        """The info of the last step of the episode (arrays with leading axis n)."""
+
+    @abstractmethod
+    def _score(self, candidates: np.ndarray) -> np.ndarray:
+        """Rewards [n, K] that the candidate actions [n, K] would get at the current step."""
+
+    @property
+    def num_envs(self) -> int:
+        """Number of episodes in the batch (0 before the first ``begin``)."""
+        return 0 if self.contexts is None else len(self.contexts)
+
+    def begin(self, contexts: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Start one episode per context; return ``(obs [n, ...], info)`` with ``info["context"]``."""
+        contexts = self.check_contexts(contexts)
+        self.contexts, self.step_index = contexts, 0
+        info = {"context": contexts.copy(), **self._start(contexts)}
+        return self._observe(), info
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, bool, dict[str, np.ndarray]]:
+        """Take one action per episode: ``(obs, rewards float32 [n], terminated, info)``.
+
+        ``terminated`` is one bool for the whole batch (``step_index == horizon``); ``info`` is
+        empty except on the last step, where it is ``_final_info()``.
+        """
+        self._check_running()
+        actions = self._check_actions("actions", actions, (self.num_envs,))
+        rewards = self._advance(actions).astype(np.float32)
+        self.step_index += 1
+        done = self.step_index == self.horizon
+        return self._observe(), rewards, done, self._final_info() if done else {}
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Per-step rewards float32 [n, K] of candidate actions [n, K] at the current state.
+
+        Nothing changes: the state stays that of the behaviour actions actually taken.
+        """
+        self._check_running()
+        candidates = np.asarray(candidates)
+        if candidates.ndim != 2 or candidates.shape[1] < 1:
+            raise ValueError(f"candidates must have shape [n={self.num_envs}, K>=1], got {candidates.shape}")
+        candidates = self._check_actions("candidates", candidates, (self.num_envs, candidates.shape[1]))
+        return self._score(candidates).astype(np.float32)
+
+    def _check_running(self) -> None:
+        if self.contexts is None:
+            raise RuntimeError("call reset() before step() or score_candidates()")
+        if self.step_index >= self.horizon:
+            raise RuntimeError(f"the episode ended after {self.horizon} steps; call reset()")
+
+    def _check_actions(self, name: str, actions: Any, shape: tuple[int, ...]) -> np.ndarray:
+        actions = np.asarray(actions)
+        if actions.shape != shape:
+            raise ValueError(f"{name} must have shape {list(shape)}, got {list(actions.shape)}")
+        return check_int_array(name, actions, int(self.action_space.n), len(shape))
+
+
+def _first(value: np.ndarray) -> Any:
+    """Row 0 of a batch: a Python scalar for 0-d rows, else a copy of the row."""
+    row = value[0]
+    return row.item() if np.ndim(row) == 0 else np.array(row)
+
+
+class BatchedTaskEnv(gym.Env):
+    """A single Gymnasium env: the ``n = 1`` case of a :class:`BatchedTask`.
+
+    ``reset(options={"context": c})`` replays context ``c`` instead of drawing one; ``reset``
+    info holds ``context``. ``score_candidates([K]) -> float32 [K]`` scores candidate actions at
+    the current state. Behind ``gymnasium.make`` wrappers, call ``env.unwrapped.score_candidates``.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, task: BatchedTask) -> None:
+        self.task = task
+        self.observation_space = task.observation_space
+        self.action_space = task.action_space
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Start an episode on a fresh context, or on ``options["context"]``."""
+        super().reset(seed=seed)
+        options = _check_options(options, ("context",))
+        if options.get("context") is None:
+            contexts = self.task.sample_contexts(self.np_random, 1)
+        else:
+            contexts = np.asarray(options["context"])[None]
+        obs, info = self.task.begin(contexts)
+        return _first(obs), {key: _first(value) for key, value in info.items()}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """One step: ``(obs, reward, terminated, False, info)``."""
+        obs, rewards, done, info = self.task.step(np.asarray(action).reshape(1))
+        return _first(obs), float(rewards[0]), bool(done), False, {k: _first(v) for k, v in info.items()}
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Rewards float32 [K] that each candidate action [K] would get now (no state change)."""
+        return self.task.score_candidates(np.asarray(candidates)[None])[0]
+
+
+def _check_options(options: dict[str, Any] | None, allowed: tuple[str, ...]) -> dict[str, Any]:
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {unknown}; allowed options: {', '.join(allowed)}")
+    return options
+
+
+def _with_masks(info: dict[str, np.ndarray], n: int) -> dict[str, Any]:
+    """Gymnasium's dict-of-arrays info: every key gets a ``_key`` bool mask (all True here)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        out[key], out[f"_{key}"] = value, np.ones(n, dtype=bool)
+    return out
+
+
+class BatchedTaskVectorEnv(VectorEnv):
+    """A Gymnasium ``VectorEnv`` over one :class:`BatchedTask` of ``num_envs`` lockstep episodes.
+
+    Autoreset is ``SAME_STEP``: the step that ends the episodes returns the first observation of
+    the next ones, with ``infos["final_obs"]`` (a stacked ``[n, *obs_shape]`` array) and
+    ``infos["final_info"]`` (dict of arrays), each with its ``_`` mask. Infos are Gymnasium's
+    dict of arrays. Rewards are float32.
+
+    Groups: ``reset(options={"group_size": G})`` makes each block of ``G`` consecutive sub-envs
+    share one freshly drawn context (``num_envs % G == 0``); ``reset(options={"contexts": cs})``
+    sets the contexts explicitly (``num_envs / G`` of them, each repeated ``G`` times). The group
+    size of a reset (default: the ``group_size`` constructor argument) also applies to the
+    autoresets that follow it. ``score_candidates([n, K]) -> float32 [n, K]``.
+    """
+
+    metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+
+    def __init__(self, task: BatchedTask, num_envs: int, group_size: int = 1,
+                 max_episode_steps: int | None = None) -> None:
+        self.task = task
+        self.num_envs = check_int("num_envs", num_envs, 1)
+        if max_episode_steps is not None and max_episode_steps < task.horizon:
+            raise ValueError(f"episodes have a fixed length of {task.horizon} steps; max_episode_steps "
+                             f"must be None or >= {task.horizon}, got {max_episode_steps!r}")
+        self.default_group_size = self._check_group_size(group_size)
+        self.group_size = self.default_group_size
+        self.render_mode = None
+        self.single_observation_space = task.observation_space
+        self.single_action_space = task.action_space
+        self.observation_space = batch_space(task.observation_space, self.num_envs)
+        self.action_space = batch_space(task.action_space, self.num_envs)
+
+    def _check_group_size(self, group_size: Any) -> int:
+        group_size = check_int("group_size", group_size, 1)
+        if self.num_envs % group_size:
+            raise ValueError(f"num_envs={self.num_envs} must be divisible by group_size={group_size}")
+        return group_size
+
+    @property
+    def contexts(self) -> np.ndarray:
+        """Read-only current contexts, one per sub-env (leading axis ``num_envs``)."""
+        return readonly(self.task.contexts)
+
+    @property
+    def step_index(self) -> int:
+        """Steps taken in the current episodes (all sub-envs are in lockstep)."""
+        return self.task.step_index
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start new episodes; options ``group_size`` and ``contexts`` as in the class docstring."""
+        super().reset(seed=seed)
+        options = _check_options(options, ("group_size", "contexts"))
+        self.group_size = self._check_group_size(options.get("group_size", self.default_group_size))
+        obs, info = self._begin(options.get("contexts"))
+        return obs, _with_masks(info, self.num_envs)
+
+    def _begin(self, contexts: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        n_groups = self.num_envs // self.group_size
+        if contexts is None:
+            contexts = self.task.sample_contexts(self.np_random, n_groups)
+        contexts = self.task.check_contexts(contexts)
+        if len(contexts) != n_groups:
+            raise ValueError(f"expected {n_groups} contexts (num_envs={self.num_envs} / "
+                             f"group_size={self.group_size}), got {len(contexts)}")
+        return self.task.begin(np.repeat(contexts, self.group_size, axis=0))
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every sub-env; returns ``(obs, rewards, terminated, truncated, infos)``."""
+        obs, rewards, done, info = self.task.step(actions)
+        n = self.num_envs
+        terminated, truncated = np.full(n, done), np.zeros(n, dtype=bool)
+        infos: dict[str, Any] = {}
+        if done:
+            final_obs, final_info = obs, _with_masks(info, n)
+            obs, reset_info = self._begin()
+            infos = _with_masks(reset_info, n)
+            infos.update(_with_masks({"final_obs": final_obs, "final_info": final_info}, n))
+        return obs, rewards, terminated, truncated, infos
+
+    def score_candidates(self, candidates: Any) -> np.ndarray:
+        """Rewards float32 [n, K] that candidate actions [n, K] would get now (no state change)."""
+        return self.task.score_candidates(candidates)
+
+
+def _infos_to_list(infos: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """Gymnasium dict-of-arrays infos (with ``_`` masks) -> one dict per sub-env."""
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        rows = _infos_to_list(value, n) if isinstance(value, dict) else value
+        for i in np.flatnonzero(infos.get(f"_{key}", np.ones(n, dtype=bool))):
+            out[i][key] = rows[i]
+    return out
+
+
+def _define_sb3_vec_env() -> type:
+    """Build ``SB3VecEnv`` on first use, so that importing ``tpo_gym`` never imports SB3 or torch."""
+    from stable_baselines3.common.vec_env import VecEnv
+
+    class SB3VecEnv(VecEnv):
+        """SB3 ``VecEnv`` view of a Gymnasium vector env with ``SAME_STEP`` autoreset.
+
+        Spaces are the single-env ones; ``step`` returns ``(obs, rewards float32, dones, infos)``
+        with ``dones = terminated | truncated`` and a list of info dicts. For a done sub-env the
+        info is the final step's info plus ``terminal_observation`` and ``TimeLimit.truncated``,
+        and the next episode's reset info goes to ``reset_infos``. One generator serves the
+        whole batch: ``seed(s)`` seeds the next ``reset``. ``set_options`` takes one dict for the
+        batch (``group_size``, ``contexts``). ``get_attr``/``set_attr`` act on the vector env
+        (one value per index); ``env_method`` calls the batched method once and splits an array
+        result with leading axis ``num_envs`` per index. Wrap with ``VecMonitor`` for episode stats.
+        """
+
+        def __init__(self, vector_env: VectorEnv) -> None:
+            mode = vector_env.metadata.get("autoreset_mode")
+            if mode != AutoresetMode.SAME_STEP:
+                raise ValueError(f"SB3VecEnv needs autoreset_mode AutoresetMode.SAME_STEP, got {mode!r}")
+            self.vector_env = vector_env
+            self._actions: np.ndarray | None = None
+            super().__init__(vector_env.num_envs, vector_env.single_observation_space,
+                             vector_env.single_action_space)
+
+        def seed(self, seed: int | None = None) -> list[int | None]:
+            """Seed the batch generator at the next ``reset`` (``None``: continue the stream)."""
+            self._seeds = [seed] * self.num_envs
+            return list(self._seeds)
+
+        def reset(self) -> np.ndarray:
+            """Reset every sub-env with the pending seed and options (both used once)."""
+            obs, infos = self.vector_env.reset(seed=self._seeds[0], options=self._batch_options())
+            self._reset_seeds()
+            self._reset_options()
+            self.reset_infos = _infos_to_list(infos, self.num_envs)
+            return obs
+
+        def _batch_options(self) -> dict[str, Any] | None:
+            given = [options for options in self._options if options]
+            if not given:
+                return None
+            if len(given) != self.num_envs or any(options is not given[0] for options in given):
+                raise ValueError("SB3VecEnv takes one options dict for the whole batch: call "
+                                 "set_options(dict); per-env contexts go in options['contexts']")
+            return given[0]
+
+        def step_async(self, actions: np.ndarray) -> None:
+            self._actions = np.asarray(actions)
+
+        def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+            obs, rewards, terminated, truncated, infos = self.vector_env.step(self._actions)
+            dones = np.asarray(terminated) | np.asarray(truncated)
+            final_obs, final_info = infos.get("final_obs"), infos.get("final_info", {})
+            rest = {k: v for k, v in infos.items() if k.lstrip("_") not in ("final_obs", "final_info")}
+            info_list = _infos_to_list(rest, self.num_envs)
+            if dones.any():
+                finals = _infos_to_list(final_info, self.num_envs)
+                for i in np.flatnonzero(dones):
+                    self.reset_infos[i] = info_list[i]
+                    info_list[i] = {**finals[i], "terminal_observation": final_obs[i],
+                                    "TimeLimit.truncated": bool(truncated[i] and not terminated[i])}
+            return obs, np.asarray(rewards, dtype=np.float32), dones, info_list
+
+        def close(self) -> None:
+            self.vector_env.close()
+
+        def get_attr(self, attr_name: str, indices=None) -> list[Any]:
+            value = getattr(self.vector_env, attr_name)
+            return [value for _ in self._get_indices(indices)]
+
+        def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
+            setattr(self.vector_env, attr_name, value)
+
+        def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
+            result = getattr(self.vector_env, method_name)(*method_args, **method_kwargs)
+            split = isinstance(result, np.ndarray) and result.ndim >= 1 and len(result) == self.num_envs
+            return [result[i] if split else result for i in self._get_indices(indices)]
+
+        def env_is_wrapped(self, wrapper_class: type, indices=None) -> list[bool]:
+            return [False for _ in self._get_indices(indices)]
+
+        def score_candidates(self, candidates: Any) -> np.ndarray:
+            """Batched candidate scoring, forwarded to the vector env ([n, K] -> float32 [n, K])."""
+            return self.vector_env.score_candidates(candidates)
+
+    return SB3VecEnv
+
+
+_LAZY: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SB3VecEnv":
+        if name not in _LAZY:
+            _LAZY[name] = _define_sb3_vec_env()
+        return _LAZY[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def make_sb3_vec_env(env_id: str, n_envs: int, seed: int | None = None, **kwargs: Any) -> VecEnv:
+    """``SB3VecEnv`` over ``gymnasium.make_vec(env_id, n_envs, "vector_entry_point", **kwargs)``.
+
+    ``seed`` (if given) seeds the first reset. Wrap the result with SB3's ``VecMonitor``.
+    """
+    vector_env = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode="vector_entry_point", **kwargs)
+    venv = __getattr__("SB3VecEnv")(vector_env)
+    if seed is not None:
+        venv.seed(seed)
+    return venv

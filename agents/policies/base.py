@@ -1,0 +1,130 @@
+"""Shared code of the categorical policies: the :class:`GroupPolicy` base and LeCun-normal init.
+
+A group policy maps a batch of observations to the full log-probability vector over a discrete
+action set, ``action_log_probs(obs) -> [N, A]``. Everything an algorithm needs (sampling, the
+log-prob of given actions, SB3's ``predict``) is derived from that one method.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import Tensor
+
+__all__ = ["GroupPolicy", "lecun_normal_", "TRUNCATED_NORMAL_STD"]
+
+# Standard deviation of a standard normal truncated to [-2, 2] (flax/jax `variance_scaling`).
+TRUNCATED_NORMAL_STD = 0.87962566103423978
+
+
+@torch.no_grad()
+def lecun_normal_(tensor: Tensor, fan_in: int) -> Tensor:
+    """Fill ``tensor`` with flax's LeCun normal: ``variance_scaling(1, "fan_in", "truncated_normal")``.
+
+    A standard normal truncated at +-2 is divided by its own std (0.8796...) and multiplied by
+    ``1/sqrt(fan_in)``, so the final std is ``1/sqrt(fan_in)``. Uses torch's global RNG.
+    """
+    torch.nn.init.trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0)
+    tensor.mul_(1.0 / (math.sqrt(fan_in) * TRUNCATED_NORMAL_STD))
+    return tensor
+
+
+class GroupPolicy(BasePolicy):
+    """Base class of the categorical policies (SB3 ``BasePolicy`` subclass).
+
+    Subclasses implement :meth:`action_log_probs` and :meth:`_default_optimizer` and call
+    :meth:`_build_optimizer` at the end of their constructor.
+
+    :param observation_space: observation space of the env
+    :param action_space: a ``Discrete`` action space
+    :param lr_schedule: SB3 learning-rate schedule; the optimizer starts at ``lr_schedule(1)``
+    :param optimizer_class: optimizer class (default: the policy's own, see subclasses)
+    :param optimizer_kwargs: extra keyword arguments of the optimizer (not the lr)
+    :param normalize_images: kept for SB3 compatibility
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        optimizer_class: type[torch.optim.Optimizer] | None = None,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = False,
+    ) -> None:
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {action_space}")
+        super().__init__(
+            observation_space,
+            action_space,
+            optimizer_class=optimizer_class if optimizer_class is not None else torch.optim.Adam,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=normalize_images,
+        )
+        self._custom_optimizer_class = optimizer_class
+        self.lr_schedule = lr_schedule
+        self.n_actions = int(action_space.n)
+        self.action_start = int(action_space.start)
+
+    # ------------------------------------------------------------------ to implement
+    def action_log_probs(self, obs: PyTorchObs) -> Tensor:
+        """``log pi(. | obs)`` over the whole action set, shape ``[N, n_actions]``."""
+        raise NotImplementedError
+
+    def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        """The optimizer used when no ``optimizer_class`` is given."""
+        return torch.optim.Adam(self.parameters(), lr=lr, **self.optimizer_kwargs)
+
+    # ------------------------------------------------------------------ shared
+    def _build_optimizer(self) -> None:
+        lr = float(self.lr_schedule(1))
+        if self._custom_optimizer_class is None:
+            self.optimizer = self._default_optimizer(lr)
+        else:
+            self.optimizer = self._custom_optimizer_class(self.parameters(), lr=lr, **self.optimizer_kwargs)
+        self.optimizer_class = type(self.optimizer)
+
+    def forward(self, obs: PyTorchObs) -> Tensor:  # type: ignore[override]
+        """Same as :meth:`action_log_probs`."""
+        return self.action_log_probs(obs)
+
+    def sample(self, obs: PyTorchObs, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """Sample one action index per row: returns ``(actions [N], log_probs [N, A])``."""
+        log_probs = self.action_log_probs(obs)
+        actions = sample_categorical(log_probs, generator)
+        return actions, log_probs
+
+    def log_prob(self, obs: PyTorchObs, actions: Tensor) -> Tensor:
+        """``log pi(actions | obs)``, shape ``[N]`` (actions are 0-based indices)."""
+        log_probs = self.action_log_probs(obs)
+        return log_probs.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = False) -> Tensor:
+        log_probs = self.action_log_probs(observation)
+        if deterministic:
+            actions = log_probs.argmax(dim=-1)
+        else:
+            actions = sample_categorical(log_probs)
+        return actions + self.action_start
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            lr_schedule=self._dummy_schedule,
+            optimizer_class=self._custom_optimizer_class,
+            optimizer_kwargs=self.optimizer_kwargs,
+        )
+        return data
+
+
+def sample_categorical(log_probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One draw per row of ``[..., A]`` log-probabilities, returned with shape ``[...]``."""
+    probs = log_probs.detach().exp()
+    flat = probs.reshape(-1, probs.shape[-1])
+    draws = torch.multinomial(flat, 1, generator=generator)
+    return draws.reshape(probs.shape[:-1])

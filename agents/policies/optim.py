@@ -1,0 +1,286 @@
+"""Optimizers of the reference implementation, written for PyTorch.
+
+* :class:`NormalizedStep`: the tabular bandits' update ``z <- z + alpha * g / ||g||`` (spec 2.6), with a
+  global L2 norm over every parameter of the optimizer.
+* :class:`MuonAdam`: optax 0.2.8 ``contrib.muon`` with its defaults (spec 4.3), as ONE torch optimizer
+  with two kinds of parameter groups: ``kind="muon"`` for parameters that are exactly 2-D and
+  ``kind="adam"`` (a Nesterov Adam without weight decay) for everything else.
+
+``torch.optim.Muon`` (torch >= 2.9) is not used because it differs from optax's Muon in five ways:
+it runs Newton-Schulz in bfloat16, has no bias correction of the Nesterov momentum, normalizes by
+``max(||X||_F, 1e-7)`` instead of ``||X||_F + 1e-8``, scales by ``sqrt(max(1, rows/cols))`` (the torch
+``(out, in)`` convention; on a flax ``(in, out)`` parameter that is the inverse factor), and defaults to a
+weight decay of 0.1. It also handles 2-D parameters only, so it cannot be the Adam part.
+
+Both optimizers keep one step counter per parameter group (``group["step"]``); every call of
+:meth:`step` advances the counters of all groups together, so the counter is effectively per optimizer
+(as optax's ``count``), and it is saved by ``state_dict()``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+__all__ = ["MuonAdam", "NormalizedStep", "newton_schulz", "split_muon_adam"]
+
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+class NormalizedStep(Optimizer):
+    """Normalized gradient step: ``p <- p - lr * grad / sqrt(sum(grad**2) + eps)``.
+
+    The sum runs over **all** gradients of the optimizer (every group), so the whole parameter vector
+    moves by exactly ``lr`` in L2 norm (for a single group). With a loss whose negative gradient is an
+    ascent direction ``g`` this is the reference's ``z <- z + alpha * g / ||g||``.
+
+    :param params: parameters (or parameter groups)
+    :param lr: the step length alpha
+    :param eps: added under the square root (1e-30 in the reference)
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 0.1, eps: float = 1e-30) -> None:
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        super().__init__(params, {"lr": lr, "eps": eps, "step": 0})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        for group in self.param_groups:
+            group["step"] += 1
+        if not grads:
+            return loss
+        sq = torch.zeros((), dtype=torch.float64, device=grads[0].device)
+        for g in grads:
+            sq += g.double().square().sum()
+        eps = self.param_groups[0]["eps"]
+        inv_norm = 1.0 / torch.sqrt(sq + eps)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                p.sub_(p.grad * (group["lr"] * inv_norm).to(p.dtype))
+        return loss
+
+
+def newton_schulz(
+    x: Tensor,
+    steps: int = 5,
+    eps: float = 1e-8,
+    coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+) -> Tensor:
+    """Approximate orthogonalization of a 2-D tensor (optax ``orthogonalize_via_newton_schulz``).
+
+    ``X`` is transposed if it has more rows than columns, divided by ``||X||_F + eps``, iterated
+    ``steps`` times as ``A = X X^T; X <- a X + (b A + c A^2) X``, and transposed back.
+    """
+    if x.ndim != 2:
+        raise ValueError(f"newton_schulz needs a 2-D tensor, got shape {tuple(x.shape)}")
+    a, b, c = coefficients
+    transpose = x.shape[0] > x.shape[1]
+    if transpose:
+        x = x.T
+    x = x / (torch.linalg.matrix_norm(x) + eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return x.T if transpose else x
+
+
+def split_muon_adam(
+    params: Iterable[Any],
+    is_muon: Callable[[str, Tensor], bool] | None = None,
+) -> list[dict[str, Any]]:
+    """Partition parameters into a ``kind="muon"`` group and a ``kind="adam"`` group.
+
+    ``params`` holds tensors or ``(name, tensor)`` pairs (as ``module.named_parameters()``). The default
+    rule is optax's: exactly 2-D arrays go to Muon, everything else to Adam. Empty groups are dropped.
+    """
+    rule = is_muon if is_muon is not None else (lambda _name, p: p.ndim == 2)
+    groups: dict[str, dict[str, list[Any]]] = {
+        "muon": {"params": [], "param_names": []},
+        "adam": {"params": [], "param_names": []},
+    }
+    named = True
+    for i, item in enumerate(params):
+        if isinstance(item, tuple):
+            name, p = item
+        else:
+            name, p, named = str(i), item, False
+        kind = "muon" if rule(name, p) else "adam"
+        groups[kind]["params"].append(p)
+        groups[kind]["param_names"].append(name)
+    out = []
+    for kind, group in groups.items():
+        if group["params"]:
+            entry: dict[str, Any] = {"params": group["params"], "kind": kind}
+            if named:
+                entry["param_names"] = group["param_names"]
+            out.append(entry)
+    return out
+
+
+class MuonAdam(Optimizer):
+    """optax 0.2.8 ``contrib.muon`` (defaults) as one PyTorch optimizer.
+
+    Muon part (groups with ``kind="muon"``; parameters must be 2-D in the flax ``(fan_in, fan_out)``
+    layout), at step t = 1, 2, ...::
+
+        m_t   = beta m_{t-1} + (1 - beta) g_t                                  (beta = 0.95)
+        m_hat = beta m_t / (1 - beta^(t+1)) + (1 - beta) g_t / (1 - beta^t)      (Nesterov, bias-corrected)
+        X     = newton_schulz(m_hat, 5 steps, eps 1e-8) * sqrt(max(1, fan_out / fan_in))
+        p    <- p - lr (X + weight_decay p)
+
+    Adam part (``kind="adam"``): ``optax.adamw(nesterov=True, weight_decay=0)``::
+
+        m_t, v_t as in Adam (b1 = 0.9, b2 = 0.999)
+        m_hat = b1 m_t / (1 - b1^(t+1)) + (1 - b1) g_t / (1 - b1^t);  v_hat = v_t / (1 - b2^t)
+        p    <- p - lr (m_hat / (sqrt(v_hat + eps_root) + eps) + weight_decay p)
+
+    :param params: tensors or ``(name, tensor)`` pairs, partitioned by :func:`split_muon_adam`, or
+        explicit parameter groups that each carry ``kind`` ("muon" or "adam")
+    :param lr: learning rate of both parts (1e-3 in the reference)
+    :param adam_lr: learning rate of the Adam part if it should differ (default: ``lr``)
+    :param beta: Muon momentum
+    :param ns_steps: Newton-Schulz iterations
+    :param ns_coefficients: the (a, b, c) of the quintic iteration
+    :param eps: Muon's Frobenius-norm epsilon
+    :param nesterov: Nesterov momentum for Muon
+    :param weight_decay: decoupled weight decay of the Muon part
+    :param adam_betas: (b1, b2) of the Adam part
+    :param adam_eps: epsilon of the Adam part (outside the square root)
+    :param adam_eps_root: epsilon inside the square root
+    :param adam_nesterov: Nesterov momentum for the Adam part
+    :param adam_weight_decay: decoupled weight decay of the Adam part
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        adam_lr: float | None = None,
+        beta: float = 0.95,
+        ns_steps: int = 5,
+        ns_coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+        eps: float = 1e-8,
+        nesterov: bool = True,
+        weight_decay: float = 0.0,
+        adam_betas: tuple[float, float] = (0.9, 0.999),
+        adam_eps: float = 1e-8,
+        adam_eps_root: float = 0.0,
+        adam_nesterov: bool = True,
+        adam_weight_decay: float = 0.0,
+    ) -> None:
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        params = list(params)
+        if params and isinstance(params[0], dict):
+            groups = params
+            for group in groups:
+                if group.get("kind") not in ("muon", "adam"):
+                    raise ValueError("every explicit parameter group needs kind='muon' or kind='adam'")
+        else:
+            groups = split_muon_adam(params)
+        adam_lr = lr if adam_lr is None else adam_lr
+        for group in groups:
+            if group["kind"] == "adam" and "lr" not in group:
+                group["lr"] = adam_lr
+        defaults = {
+            "lr": lr,
+            "beta": beta,
+            "ns_steps": ns_steps,
+            "ns_coefficients": tuple(ns_coefficients),
+            "eps": eps,
+            "nesterov": nesterov,
+            "weight_decay": weight_decay,
+            "adam_betas": tuple(adam_betas),
+            "adam_eps": adam_eps,
+            "adam_eps_root": adam_eps_root,
+            "adam_nesterov": adam_nesterov,
+            "adam_weight_decay": adam_weight_decay,
+            "step": 0,
+        }
+        super().__init__(groups, defaults)
+        for group in self.param_groups:
+            if group["kind"] == "muon":
+                for p in group["params"]:
+                    if p.ndim != 2:
+                        raise ValueError(f"Muon parameters must be 2-D, got shape {tuple(p.shape)}")
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            group["step"] += 1
+            t = group["step"]
+            if group["kind"] == "muon":
+                self._muon_group(group, t)
+            else:
+                self._adam_group(group, t)
+        return loss
+
+    def _grad(self, p: Tensor) -> Tensor | None:
+        # optax treats a missing gradient as zero; a parameter that never had one is left alone.
+        if p.grad is not None:
+            return p.grad
+        return torch.zeros_like(p) if self.state[p] else None
+
+    def _muon_group(self, group: dict[str, Any], t: int) -> None:
+        beta, lr = group["beta"], group["lr"]
+        for p in group["params"]:
+            g = self._grad(p)
+            if g is None:
+                continue
+            state = self.state[p]
+            if not state:
+                state["momentum"] = torch.zeros_like(p)
+            m = state["momentum"]
+            m.mul_(beta).add_(g, alpha=1.0 - beta)
+            if group["nesterov"]:
+                m_hat = m * (beta / (1.0 - beta ** (t + 1))) + g * ((1.0 - beta) / (1.0 - beta**t))
+            else:
+                m_hat = m / (1.0 - beta**t)
+            x = newton_schulz(m_hat, group["ns_steps"], group["eps"], group["ns_coefficients"])
+            fan_in, fan_out = p.shape
+            x = x * math.sqrt(max(1.0, fan_out / fan_in))
+            if group["weight_decay"]:
+                x = x + group["weight_decay"] * p
+            p.add_(x, alpha=-lr)
+
+    def _adam_group(self, group: dict[str, Any], t: int) -> None:
+        b1, b2 = group["adam_betas"]
+        lr = group["lr"]
+        bc2 = 1.0 - b2**t
+        for p in group["params"]:
+            g = self._grad(p)
+            if g is None:
+                continue
+            state = self.state[p]
+            if not state:
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            m, v = state["exp_avg"], state["exp_avg_sq"]
+            m.mul_(b1).add_(g, alpha=1.0 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+            if group["adam_nesterov"]:
+                m_hat = m * (b1 / (1.0 - b1 ** (t + 1))) + g * ((1.0 - b1) / (1.0 - b1**t))
+            else:
+                m_hat = m / (1.0 - b1**t)
+            denom = (v / bc2).add_(group["adam_eps_root"]).sqrt_().add_(group["adam_eps"])
+            update = m_hat.div_(denom)
+            if group["adam_weight_decay"]:
+                update.add_(p, alpha=group["adam_weight_decay"])
+            p.add_(update, alpha=-lr)

@@ -1,0 +1,86 @@
+"""Tabular softmax policy: an explicit logit table (spec 2.6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import Tensor, nn
+
+from .base import GroupPolicy
+from .optim import NormalizedStep
+
+__all__ = ["TabularSoftmaxPolicy"]
+
+
+class TabularSoftmaxPolicy(GroupPolicy):
+    """``pi(a | c) = softmax(z[c])`` with a logit table ``z`` of shape ``[n_contexts, n_actions]``.
+
+    The observation is the context index (``Discrete(n_contexts)``; ``Discrete(1)`` for the
+    single-context bandit). The default optimizer is :class:`NormalizedStep` with ``alpha = lr``:
+    ``z <- z - alpha * grad / ||grad||`` with the global L2 norm over the whole table.
+
+    :param observation_space: ``Discrete(n_contexts)``
+    :param action_space: ``Discrete(n_actions)``
+    :param lr_schedule: SB3 schedule; ``lr_schedule(1)`` is the step length alpha (0.1 in the paper)
+    :param init: ``"zeros"`` (uniform policy) or ``"normal"`` (i.i.d. N(0, 1) logits, torch's global RNG)
+    :param optimizer_class: optimizer class (default :class:`NormalizedStep`)
+    :param optimizer_kwargs: extra optimizer keyword arguments
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        init: str = "zeros",
+        optimizer_class: type[torch.optim.Optimizer] | None = None,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = False,
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=normalize_images,
+        )
+        if not isinstance(observation_space, spaces.Discrete):
+            raise ValueError(
+                f"TabularSoftmaxPolicy needs a Discrete observation space, got {observation_space}"
+            )
+        self.n_contexts = int(observation_space.n)
+        self.obs_start = int(observation_space.start)
+        self.init = init
+        table = torch.empty(self.n_contexts, self.n_actions)
+        if init == "zeros":
+            table.zero_()
+        elif init == "normal":
+            table.normal_(0.0, 1.0)
+        else:
+            raise ValueError(f"init must be 'zeros' or 'normal', got {init!r}")
+        self.logits = nn.Parameter(table)
+        self._build_optimizer()
+
+    def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        return NormalizedStep(self.parameters(), lr=lr, **self.optimizer_kwargs)
+
+    def context_index(self, obs: PyTorchObs) -> Tensor:
+        """The 0-based context indices of a batch of observations, shape ``[N]``."""
+        assert isinstance(obs, Tensor)
+        return obs.reshape(-1).long().to(self.logits.device) - self.obs_start
+
+    def action_log_probs(self, obs: PyTorchObs) -> Tensor:
+        return torch.log_softmax(self.logits[self.context_index(obs)], dim=-1)
+
+    def all_log_probs(self) -> Tensor:
+        """``log pi`` for every context, shape ``[n_contexts, n_actions]``."""
+        return torch.log_softmax(self.logits, dim=-1)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(init=self.init)
+        return data

@@ -1,0 +1,366 @@
+"""Small causal transformer policy for the token tasks (spec 3.4, 4.2, 4.3).
+
+The model input is the length-2H sequence ``[x_0..x_{H-1}, a_0..a_{H-1}]`` (prompt, then the generated
+tokens; no special tokens); output token t is predicted at position ``H-1+t``.
+
+Every parameter is stored in **flax's layout** so that optax's Muon partition ("exactly 2-D -> Muon,
+everything else -> Adam", spec 4.3) and Muon's shape factor (``(rows, cols) = (fan_in, fan_out)``) apply
+literally:
+
+=========================================  ==================  =========
+parameter                                  shape               optimizer
+=========================================  ==================  =========
+``token_embedding``                        (V, d)              Muon
+``position_embedding``                     (2H, d)             Muon
+``layers.i.attn.{query,key,value}.kernel`` (d, heads, d_head)  Adam
+``layers.i.attn.{query,key,value}.bias``   (heads, d_head)     Muon
+``layers.i.attn.out.kernel``               (heads, d_head, d)  Adam
+``layers.i.attn.out.bias``                 (d,)                Adam
+``layers.i.mlp.{fc1,fc2}.kernel``          (d, 4d), (4d, d)    Muon
+``layers.i.mlp.{fc1,fc2}.bias``            1-D                 Adam
+``*.ln*.{scale,bias}``, ``ln_f.*``          (d,)                Adam
+``head.kernel`` / ``head.bias``            (d, V) / (V,)       Muon / Adam
+=========================================  ==================  =========
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import Tensor, nn
+
+from .base import GroupPolicy, lecun_normal_, sample_categorical
+from .optim import MuonAdam
+
+__all__ = ["CausalTransformer", "TransformerSoftmaxPolicy"]
+
+
+class Dense(nn.Module):
+    """``x @ kernel + bias`` with a flax-layout kernel ``(in, out)``; LeCun-normal kernel, zero bias."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.kernel = nn.Parameter(lecun_normal_(torch.empty(in_features, out_features), in_features))
+        self.bias = nn.Parameter(torch.zeros(out_features))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.kernel).reshape(*x.shape[:-1], -1)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with flax's epsilon 1e-6, scale 1 and bias 0 at init."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.scale = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, (x.shape[-1],), self.scale, self.bias, self.eps)
+
+
+class HeadProjection(nn.Module):
+    """Flax ``DenseGeneral(features=(heads, d_head))``: kernel (d, heads, d_head), bias (heads, d_head)."""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.kernel = nn.Parameter(lecun_normal_(torch.empty(d_model, n_heads, head_dim), d_model))
+        self.bias = nn.Parameter(torch.zeros(n_heads, head_dim))
+
+
+class MultiHeadAttention(nn.Module):
+    """Causal multi-head self-attention in flax layout (no dropout, logits scaled by 1/sqrt(d_head))."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.query = HeadProjection(d_model, n_heads, self.head_dim)
+        self.key = HeadProjection(d_model, n_heads, self.head_dim)
+        self.value = HeadProjection(d_model, n_heads, self.head_dim)
+        self.out = nn.Module()
+        self.out.kernel = nn.Parameter(
+            lecun_normal_(torch.empty(n_heads, self.head_dim, d_model), n_heads * self.head_dim)
+        )
+        self.out.bias = nn.Parameter(torch.zeros(d_model))
+
+    def qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Projections of ``x [..., d]`` to three ``[..., heads, d_head]`` tensors (one matmul)."""
+        d = x.shape[-1]
+        kernel = torch.cat([p.kernel.reshape(d, -1) for p in (self.query, self.key, self.value)], dim=1)
+        bias = torch.cat([p.bias.reshape(-1) for p in (self.query, self.key, self.value)])
+        y = torch.addmm(bias, x.reshape(-1, d), kernel)
+        y = y.reshape(*x.shape[:-1], 3, self.n_heads, self.head_dim)
+        return y.unbind(dim=-3)
+
+    def project_out(self, o: Tensor) -> Tensor:
+        """``einsum('...hk,hkd->...d', o, out.kernel) + out.bias``."""
+        flat = o.reshape(-1, self.n_heads * self.head_dim)
+        kernel = self.out.kernel.reshape(self.n_heads * self.head_dim, -1)
+        return torch.addmm(self.out.bias, flat, kernel).reshape(*o.shape[:-2], -1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Full causal attention over ``x [N, T, d]``."""
+        q, k, v = (t.transpose(1, 2) for t in self.qkv(x))  # [N, heads, T, d_head]
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(self.head_dim))
+        return self.project_out(o.transpose(1, 2))
+
+    def forward_cached(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, start: int) -> Tensor:
+        """Attention for new positions ``start..start+T-1`` (``x [N, T, d]``) using and filling a KV cache.
+
+        ``cache_k``/``cache_v`` are ``[N, heads, T_max, d_head]``; rows ``< start`` must already be filled.
+        """
+        q, k, v = (t.transpose(1, 2) for t in self.qkv(x))
+        stop = start + x.shape[1]
+        cache_k[:, :, start:stop] = k
+        cache_v[:, :, start:stop] = v
+        keys, values = cache_k[:, :, :stop], cache_v[:, :, :stop]
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if x.shape[1] == 1:
+            o = F.scaled_dot_product_attention(q, keys, values, scale=scale)
+        else:
+            mask = torch.ones(x.shape[1], stop, dtype=torch.bool, device=x.device).tril(diagonal=start)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+        return self.project_out(o.transpose(1, 2))
+
+
+class MlpBlock(nn.Module):
+    """``fc2(gelu_tanh(fc1(x)))``."""
+
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = Dense(d_model, hidden)
+        self.fc2 = Dense(hidden, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    """Pre-norm layer: ``x += MHA(LN(x)); x += MLP(LN(x))``."""
+
+    def __init__(self, d_model: int, n_heads: int, ffn_hidden: int) -> None:
+        super().__init__()
+        self.ln1 = LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln2 = LayerNorm(d_model)
+        self.mlp = MlpBlock(d_model, ffn_hidden)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+    def forward_cached(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, start: int) -> Tensor:
+        x = x + self.attn.forward_cached(self.ln1(x), cache_k, cache_v, start)
+        return x + self.mlp(self.ln2(x))
+
+
+class CausalTransformer(nn.Module):
+    """Decoder-only transformer of spec 4.2 returning next-token log-probabilities.
+
+    :param vocab_size: V
+    :param max_len: number of positions (2H)
+    :param d_model: width (64)
+    :param n_heads: attention heads (2 in the reference code; the paper text says 4)
+    :param n_layers: layers (2)
+    :param ffn_mult: FFN width multiplier (4)
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        d_model: int = 64,
+        n_heads: int = 2,
+        n_layers: int = 2,
+        ffn_mult: int = 4,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.max_len = max_len
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.token_embedding = nn.Parameter(torch.randn(vocab_size, d_model) / math.sqrt(d_model))
+        self.position_embedding = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+        self.layers = nn.ModuleList(Block(d_model, n_heads, ffn_mult * d_model) for _ in range(n_layers))
+        self.ln_f = LayerNorm(d_model)
+        self.head = Dense(d_model, vocab_size)
+
+    def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
+        positions = self.position_embedding[start : start + tokens.shape[1]]
+        return F.embedding(tokens, self.token_embedding) + positions
+
+    def output(self, h: Tensor) -> Tensor:
+        """Final LayerNorm, head and log_softmax on hidden states ``[..., d]``."""
+        return torch.log_softmax(self.head(self.ln_f(h)), dim=-1)
+
+    def hidden(self, tokens: Tensor) -> Tensor:
+        """Hidden states before the final LayerNorm, ``[N, T, d]`` for ``tokens [N, T]``."""
+        if tokens.shape[1] > self.max_len:
+            raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len {self.max_len}")
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Next-token log-probs at every position, ``[N, T, V]``."""
+        return self.output(self.hidden(tokens))
+
+    # ----------------------------------------------------------------- incremental decoding
+    def new_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> list[tuple[Tensor, Tensor]]:
+        shape = (batch, self.n_heads, self.max_len, self.head_dim)
+        return [
+            (torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype))
+            for _ in self.layers
+        ]
+
+    def forward_cached(self, tokens: Tensor, cache: list[tuple[Tensor, Tensor]], start: int) -> Tensor:
+        """Log-probs ``[N, T, V]`` for tokens at positions ``start..start+T-1``, given the cache of
+        positions ``< start`` (filled further by this call). Exact: same math as :meth:`forward`."""
+        x = self.embed(tokens, start)
+        for layer, (cache_k, cache_v) in zip(self.layers, cache, strict=True):
+            x = layer.forward_cached(x, cache_k, cache_v, start)
+        return self.output(x)
+
+
+class TransformerSoftmaxPolicy(GroupPolicy):
+    """Causal transformer policy over token buffers (spec 4.2), with the Muon/Adam optimizer (spec 4.3).
+
+    Observation: ``MultiDiscrete([V + 1] * 2H)`` integer buffer ``[x_0..x_{H-1}, a_0..a_{t-1}, PAD...]``
+    with ``PAD = V`` for the slots not generated yet. Action: ``Discrete(V)``, the next token.
+
+    :param observation_space: ``MultiDiscrete`` of length 2H
+    :param action_space: ``Discrete(V)``
+    :param lr_schedule: SB3 schedule; ``lr_schedule(1)`` is the lr of both optimizer parts (1e-3 in the paper)
+    :param d_model: width (64)
+    :param n_heads: heads (2, the reference code; the paper text says 4)
+    :param n_layers: layers (2)
+    :param ffn_mult: FFN width multiplier (4)
+    :param optimizer_class: optimizer class (default :class:`MuonAdam` on the flax partition)
+    :param optimizer_kwargs: extra optimizer keyword arguments
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        d_model: int = 64,
+        n_heads: int = 2,
+        n_layers: int = 2,
+        ffn_mult: int = 4,
+        optimizer_class: type[torch.optim.Optimizer] | None = None,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = False,
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=normalize_images,
+        )
+        if not isinstance(observation_space, spaces.MultiDiscrete) or len(observation_space.shape) != 1:
+            raise ValueError(
+                f"TransformerSoftmaxPolicy needs a 1-D MultiDiscrete observation, got {observation_space}"
+            )
+        length = int(observation_space.shape[0])
+        if length % 2:
+            raise ValueError(f"the observation length must be 2H, got {length}")
+        self.vocab_size = self.n_actions
+        self.horizon = length // 2
+        self.pad_token = self.vocab_size
+        self.model_kwargs = dict(d_model=d_model, n_heads=n_heads, n_layers=n_layers, ffn_mult=ffn_mult)
+        self.model = CausalTransformer(self.vocab_size, 2 * self.horizon, **self.model_kwargs)
+        self._build_optimizer()
+
+    def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        return MuonAdam(self.named_parameters(), lr=lr, **self.optimizer_kwargs)
+
+    # ----------------------------------------------------------------- log-probs
+    def action_log_probs(self, obs: PyTorchObs) -> Tensor:
+        """Next-token log-probs ``[N, V]`` at each buffer's current state (PAD = V marks empty slots)."""
+        assert isinstance(obs, Tensor)
+        H = self.horizon
+        tokens = obs.reshape(-1, 2 * H).to(self.device).long()
+        is_pad = tokens == self.pad_token
+        n_generated = (~is_pad[:, H:]).sum(dim=1)
+        positions = (H - 1 + n_generated).clamp(max=2 * H - 1)
+        needed = int(positions.max()) + 1  # the causal mask makes a shorter forward exact
+        tokens = tokens.masked_fill(is_pad, 0)[:, :needed]
+        hidden = self.model.hidden(tokens)
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        return self.model.output(hidden[rows, positions])
+
+    def completion_log_probs(self, prompts: Tensor, completions: Tensor) -> Tensor:
+        """Teacher-forced next-token log-probs ``[N, H, V]`` of all output positions (H-1 .. 2H-2).
+
+        One forward pass of ``[prompt, completion[:-1]]``; the last completion token is never an input.
+        Entry ``[n, t]`` is ``log pi(. | prompt_n, completion_n[:t])``.
+        """
+        prompts = prompts.to(self.device).long()
+        completions = completions.to(self.device).long()
+        H = prompts.shape[1]
+        tokens = torch.cat([prompts, completions[:, :-1]], dim=1)
+        hidden = self.model.hidden(tokens)
+        return self.model.output(hidden[:, H - 1 :])
+
+    def completion_token_log_probs(self, prompts: Tensor, completions: Tensor) -> Tensor:
+        """``log pi(completion_t | prompt, completion_<t)``, shape ``[N, H]``."""
+        log_probs = self.completion_log_probs(prompts, completions)
+        return log_probs.gather(-1, completions.to(log_probs.device).long().unsqueeze(-1)).squeeze(-1)
+
+    @torch.no_grad()
+    def sample_completions(
+        self,
+        prompts: Tensor,
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+    ) -> tuple[Tensor, Tensor]:
+        """Ancestral sampling at temperature 1 of H tokens per prompt.
+
+        :param prompts: ``[N, H]`` token ids
+        :param generator: optional torch generator for the draws (on the policy's device)
+        :param use_cache: incremental decoding with a KV cache (exact); ``False`` reruns the full
+            forward on the 2H buffer each step, as the reference does
+        :return: ``(completions [N, H] int64, log_probs [N, H, V])`` where ``log_probs[:, t]`` is the
+            sampling distribution of token t (detached)
+        """
+        prompts = prompts.to(self.device).long()
+        N, H = prompts.shape
+        completions = torch.zeros(N, H, dtype=torch.long, device=prompts.device)
+        log_probs = torch.empty(N, H, self.vocab_size, device=prompts.device)
+        if use_cache:
+            cache = self.model.new_cache(N, prompts.device, self.model.token_embedding.dtype)
+            step_log_probs = self.model.forward_cached(prompts, cache, 0)[:, -1]
+            for t in range(H):
+                log_probs[:, t] = step_log_probs
+                token = sample_categorical(step_log_probs, generator)
+                completions[:, t] = token
+                if t + 1 < H:
+                    step_log_probs = self.model.forward_cached(token[:, None], cache, H + t)[:, 0]
+        else:
+            buffer = torch.cat([prompts, completions], dim=1)
+            for t in range(H):
+                step_log_probs = self.model(buffer[:, : H + t])[:, -1]
+                log_probs[:, t] = step_log_probs
+                token = sample_categorical(step_log_probs, generator)
+                completions[:, t] = token
+                buffer[:, H + t] = token
+        return completions, log_probs
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(self.model_kwargs)
+        return data

@@ -1,0 +1,215 @@
+"""Group collection: turn a natively batched ``tpo_gym`` vector env and a policy into tensors.
+
+Three ways to collect, chosen by the algorithm (never by the env's class), see design.md:
+
+* ``collect_token_groups``  (mode ``token``): one behaviour trajectory per context; at each prefix
+  state x_t draw K next-action candidates a_{t,1..K} ~ pi_old(.|x_t) (with replacement, candidate 1
+  is the behaviour action), let the env score them without stepping, then step with candidate 1.
+* ``collect_episodes``      (modes ``sequence`` and ``single``): K full episodes per context; the
+  env resets blocks of K sub-envs to one shared context (K = 1 is the single-sample case).
+* ``collect_population``    (mode ``population``): every action of every context, scored exactly,
+  for the tabular multi-context experiment's exact (expected) update.
+
+Everything is batched: one policy forward per time step for all contexts x K, numpy env steps,
+no Python loop over sub-envs, candidates or groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch as th
+from gymnasium.vector import VectorEnv
+
+StepHook = Callable[[int], bool]
+"""Called after every env step with the number of interactions it made; False stops collection."""
+
+
+@dataclass
+class Episodes:
+    """``n_contexts * group_size`` episodes of ``T`` steps, context-major (rows bK..bK+K-1 share context b).
+
+    ``token_rewards`` are the per-step rewards r_t of spec 3.4 (for the token tasks the env's
+    ``info["token_rewards"]``; terminal reward copies the exact-match flag to every position).
+    """
+
+    obs: th.Tensor  # [N, T, *obs_shape] observation before each action
+    actions: th.Tensor  # [N, T]
+    old_log_probs: th.Tensor  # [N, T, A] log pi_old(.|x_t), full action set
+    token_rewards: th.Tensor  # [N, T]
+    returns: th.Tensor  # [N] episode returns as the env paid them
+    contexts: th.Tensor  # [N] integer context id when the env has one, else the row's group index
+    n_contexts: int
+    group_size: int
+    prompts: th.Tensor | None = None  # [N, H] for the token tasks (teacher-forced re-scoring)
+
+
+@dataclass
+class TokenGroups:
+    """Token-level groups: B behaviour trajectories of H steps with K scored candidates per state."""
+
+    obs: th.Tensor  # [B, H, *obs_shape]
+    actions: th.Tensor  # [B, H] behaviour tokens (= candidates[..., 0])
+    candidates: th.Tensor  # [B, H, K]
+    scores: th.Tensor  # [B, H, K] r_{t,i}
+    old_log_probs: th.Tensor  # [B, H, V]
+    token_rewards: th.Tensor  # [B, H] the behaviour trajectory's rewards
+    returns: th.Tensor  # [B]
+    prompts: th.Tensor | None = None  # [B, H]
+
+
+@dataclass
+class Population:
+    """Every action of every context: ``rewards[n, a]`` and ``log pi_old(a | n)``."""
+
+    obs: th.Tensor  # [N, *obs_shape]
+    rewards: th.Tensor  # [N, A]
+    old_log_probs: th.Tensor  # [N, A]
+
+
+def sample_actions(log_probs: th.Tensor, n: int) -> th.Tensor:
+    """``n`` i.i.d. draws (with replacement) from each row of ``log_probs`` [..., A] -> [..., n]."""
+    flat = log_probs.reshape(-1, log_probs.shape[-1]).exp()
+    draws = th.multinomial(flat, n, replacement=True)
+    return draws.reshape(*log_probs.shape[:-1], n)
+
+
+def _as_tensor(x: np.ndarray, device: th.device) -> th.Tensor:
+    return th.as_tensor(np.array(x), device=device)
+
+
+def _final_token_rewards(infos: dict, step_rewards: np.ndarray) -> np.ndarray | None:
+    final = infos.get("final_info")
+    if isinstance(final, dict) and "token_rewards" in final:
+        return np.asarray(final["token_rewards"], dtype=np.float32)
+    return None
+
+
+def _context_ids(env: VectorEnv, n: int, group_size: int) -> np.ndarray:
+    contexts = getattr(env.unwrapped, "contexts", None)
+    if contexts is not None and np.ndim(contexts) == 1:
+        return np.asarray(contexts, dtype=np.int64)
+    return np.repeat(np.arange(n // group_size), group_size)
+
+
+def _prompts(env: VectorEnv) -> np.ndarray | None:
+    prompts = getattr(env.unwrapped, "prompts", None)
+    return None if prompts is None else np.asarray(prompts, dtype=np.int64)
+
+
+@th.no_grad()
+def collect_episodes(
+    env: VectorEnv, policy, group_size: int, on_step: StepHook | None = None
+) -> Episodes | None:
+    """Run one episode in every sub-env, blocks of ``group_size`` sub-envs sharing a context.
+
+    Returns ``None`` when ``on_step`` asks to stop. All sub-envs of a ``tpo_gym`` env have the
+    same episode length, so the episode ends for all of them at the same step.
+    """
+    device = policy.device
+    obs, _ = env.reset(options={"group_size": group_size})
+    n = env.num_envs
+    contexts, prompts = _context_ids(env, n, group_size), _prompts(env)
+    obs_steps, action_steps, logp_steps, reward_steps = [], [], [], []
+    token_rewards = None
+    while token_rewards is None:
+        obs_t = _as_tensor(obs, device)
+        log_probs = policy.action_log_probs(obs_t)
+        actions = sample_actions(log_probs, 1)[:, 0]
+        obs, rewards, terminated, truncated, infos = env.step(actions.cpu().numpy())
+        obs_steps.append(obs_t)
+        action_steps.append(actions)
+        logp_steps.append(log_probs)
+        reward_steps.append(np.asarray(rewards, dtype=np.float32))
+        if on_step is not None and not on_step(n):
+            return None
+        done = np.logical_or(terminated, truncated)
+        if done.all():
+            token_rewards = _final_token_rewards(infos, rewards)
+            if token_rewards is None:
+                token_rewards = np.stack(reward_steps, axis=1)
+        elif done.any():
+            raise RuntimeError("sub-envs of a grouped env must finish their episodes together")
+    step_rewards = np.stack(reward_steps, axis=1)
+    return Episodes(
+        obs=th.stack(obs_steps, dim=1),
+        actions=th.stack(action_steps, dim=1),
+        old_log_probs=th.stack(logp_steps, dim=1),
+        token_rewards=_as_tensor(token_rewards, device).float(),
+        returns=_as_tensor(step_rewards.sum(axis=1), device).float(),
+        contexts=_as_tensor(contexts, device),
+        n_contexts=n // group_size,
+        group_size=group_size,
+        prompts=None if prompts is None else _as_tensor(prompts, device),
+    )
+
+
+@th.no_grad()
+def collect_token_groups(
+    env: VectorEnv, policy, group_size: int, on_step: StepHook | None = None
+) -> TokenGroups | None:
+    """One behaviour trajectory per sub-env with ``group_size`` scored next-token candidates per state."""
+    device = policy.device
+    obs, _ = env.reset()
+    prompts = _prompts(env)
+    n = env.num_envs
+    obs_steps, cand_steps, score_steps, logp_steps, reward_steps = [], [], [], [], []
+    token_rewards = None
+    while token_rewards is None:
+        obs_t = _as_tensor(obs, device)
+        log_probs = policy.action_log_probs(obs_t)
+        candidates = sample_actions(log_probs, group_size)
+        scores = env.score_candidates(candidates.cpu().numpy())
+        obs, rewards, terminated, truncated, infos = env.step(candidates[:, 0].cpu().numpy())
+        obs_steps.append(obs_t)
+        cand_steps.append(candidates)
+        score_steps.append(_as_tensor(scores, device).float())
+        logp_steps.append(log_probs)
+        reward_steps.append(np.asarray(rewards, dtype=np.float32))
+        if on_step is not None and not on_step(n):
+            return None
+        done = np.logical_or(terminated, truncated)
+        if done.all():
+            token_rewards = _final_token_rewards(infos, rewards)
+            if token_rewards is None:
+                token_rewards = np.stack(reward_steps, axis=1)
+        elif done.any():
+            raise RuntimeError("sub-envs of a grouped env must finish their episodes together")
+    candidates = th.stack(cand_steps, dim=1)
+    return TokenGroups(
+        obs=th.stack(obs_steps, dim=1),
+        actions=candidates[..., 0],
+        candidates=candidates,
+        scores=th.stack(score_steps, dim=1),
+        old_log_probs=th.stack(logp_steps, dim=1),
+        token_rewards=_as_tensor(token_rewards, device).float(),
+        returns=_as_tensor(np.stack(reward_steps, axis=1).sum(axis=1), device).float(),
+        prompts=None if prompts is None else _as_tensor(prompts, device),
+    )
+
+
+@th.no_grad()
+def collect_population(env: VectorEnv, policy, n_contexts: int, n_actions: int) -> Population:
+    """Score every action of contexts ``0..n_contexts-1`` exactly (no sampling, no stepping)."""
+    device = policy.device
+    obs, _ = env.reset(options={"contexts": np.arange(n_contexts)})
+    all_actions = np.broadcast_to(np.arange(n_actions), (n_contexts, n_actions))
+    rewards = env.score_candidates(np.ascontiguousarray(all_actions))
+    obs_t = _as_tensor(obs, device)
+    return Population(
+        obs=obs_t, rewards=_as_tensor(rewards, device).float(), old_log_probs=policy.action_log_probs(obs_t)
+    )
+
+
+def episode_log_probs(policy, episodes: Episodes | TokenGroups) -> th.Tensor:
+    """Current-policy log pi(.|x_t) for every recorded state, [N, T, A], with gradients.
+
+    A policy with ``completion_log_probs`` (the transformer) re-scores each whole sequence with one
+    teacher-forced forward (exact under the causal mask); others re-score the recorded observations.
+    """
+    if episodes.prompts is not None and hasattr(policy, "completion_log_probs"):
+        return policy.completion_log_probs(episodes.prompts, episodes.actions)
+    n, t = episodes.actions.shape
+    return policy.action_log_probs(episodes.obs.flatten(0, 1)).reshape(n, t, -1)

@@ -1,0 +1,211 @@
+"""The SB3-style algorithms: API contract, reproducibility, save/load, exact updates, and learning."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+
+import tpo_gym  # noqa: F401
+from agents import DG, GRPO, PG, PPO, TPO, GroupPG
+from agents.rollout import Population
+
+th.set_num_threads(1)
+
+TOKEN_KW = dict(policy_kwargs=None, seed=0, device="cpu")
+
+
+def copy_env(reward: str = "bag_of_tokens", h: int = 3) -> gym.Env:
+    return gym.make("TPO/TokenCopy-v0", sequence_length=h, vocab_size=2, reward=reward)
+
+
+def bandit_error(model) -> float:
+    """1 - pi(correct arm) of a tabular policy on the single-context bandit (arm 0 is correct)."""
+    with th.no_grad():
+        log_probs = model.policy.action_log_probs(th.zeros(1, dtype=th.long))
+    return float(1 - log_probs.exp()[0, 0])
+
+
+def token_error(model, episodes: int = 200) -> float:
+    """Sampled token error of the model on fresh prompts of its own env (the paper's metric)."""
+    env = gym.make_vec(
+        model.env_id, num_envs=episodes, vectorization_mode="vector_entry_point", **model.env_kwargs
+    )
+    obs, _ = env.reset(seed=123)
+    done = np.zeros(episodes, dtype=bool)
+    while not done.all():
+        actions, _ = model.predict(obs, deterministic=False)
+        obs, _, term, trunc, infos = env.step(actions)
+        done = term | trunc
+    return float(infos["final_info"]["token_error"].mean())
+
+
+# ------------------------------------------------------------------------------------ API
+
+
+@pytest.mark.parametrize(
+    "algo, kwargs",
+    [
+        (TPO, dict(group_mode="token", group_size=4)),
+        (TPO, dict(group_mode="sequence", group_size=4)),
+        (GRPO, dict(group_mode="token", group_size=4)),
+        (GRPO, dict(group_mode="sequence", group_size=4, mask_zero_variance=True)),
+        (DG, dict()),
+        (PPO, dict()),
+        (PG, dict()),
+        (GroupPG, dict(group_mode="sequence", group_size=4)),
+    ],
+)
+def test_every_algorithm_runs_on_the_token_task(algo, kwargs, tmp_path):
+    model = algo("TransformerPolicy", copy_env(), batch_size=8, n_epochs=2, **kwargs, **TOKEN_KW)
+    model.learn(3 * model.n_envs * 3)
+    assert model.num_timesteps >= 3 * model.n_envs * 3
+    path = tmp_path / "model.zip"
+    model.save(path)
+    loaded = algo.load(path, env=copy_env())
+    obs = np.array([[0, 1, 1, 2, 2, 2]])
+    for deterministic in (True, False):
+        th.manual_seed(5)
+        a1, _ = model.predict(obs, deterministic=deterministic)
+        th.manual_seed(5)
+        a2, _ = loaded.predict(obs, deterministic=deterministic)
+        assert a1.tolist() == a2.tolist()
+
+
+def test_same_seed_gives_the_same_losses():
+    def run() -> list[float]:
+        model = TPO("TransformerPolicy", copy_env(), batch_size=8, group_size=4, **TOKEN_KW)
+        captured, original = [], model.loss
+
+        def spy(batch, frozen, log_probs):
+            loss, stats = original(batch, frozen, log_probs)
+            captured.append(float(loss.detach()))
+            return loss, stats
+
+        model.loss = spy
+        model.learn(8 * 3 * 3)
+        return captured
+
+    first = run()
+    assert len(first) == 3 * 4 and first == run()
+
+
+def test_terminal_reward_rejects_token_groups():
+    with pytest.raises(ValueError, match="terminal"):
+        TPO("TransformerPolicy", copy_env("terminal"), batch_size=4, group_size=2, **TOKEN_KW).learn(12)
+
+
+def test_unknown_group_mode_names_the_choices():
+    with pytest.raises(ValueError, match="single"):
+        PPO("TransformerPolicy", copy_env(), group_mode="token", **TOKEN_KW)
+    with pytest.raises(ValueError, match="interactions"):
+        TPO("TransformerPolicy", copy_env(), match="both", **TOKEN_KW)
+
+
+def test_interaction_matching_scales_batch_and_learning_rate():
+    model = PPO("TransformerPolicy", copy_env(), batch_size=4, group_size=8, match="interactions", **TOKEN_KW)
+    assert model.n_envs == 32
+    assert model.lr_schedule(1.0) == pytest.approx(1e-3 * math.sqrt(8))
+    grouped = TPO(
+        "TransformerPolicy", copy_env(), batch_size=4, group_size=8, match="interactions", **TOKEN_KW
+    )
+    assert grouped.n_envs == 4 and grouped.lr_schedule(1.0) == pytest.approx(1e-3)
+
+
+# ------------------------------------------------------------------------ exact updates
+
+
+def population_direction(algo_cls, p: float, **kwargs) -> float:
+    """The exact update direction g = -grad of one context with pi_0 = p, projected on v = e_0 - pi.
+
+    The App. B closed forms say g = beta * v for every method (CE: beta = 1).
+    """
+    env = gym.make("TPO/MultiContextBandit-v0", n_contexts=1, n_arms=10)
+    model = algo_cls("TabularPolicy", env, group_mode="population", learning_rate=0.1, **kwargs)
+    rest = (1 - p) / 9
+    logits = th.log(th.tensor([p] + [rest] * 9))
+    with th.no_grad():
+        next(model.policy.parameters()).copy_(logits.reshape(1, 10))
+    rewards = th.zeros(1, 10)
+    rewards[0, 0] = 1.0
+    old = model.policy.action_log_probs(th.zeros(1, dtype=th.long)).detach()
+    batch = Population(obs=th.zeros(1, dtype=th.long), rewards=rewards, old_log_probs=old)
+    with th.no_grad():
+        frozen = model.prepare(batch)
+    loss, _ = model.loss(batch, frozen, model.current_log_probs(batch))
+    (grad,) = th.autograd.grad(loss, [next(model.policy.parameters())])
+    pi = old.exp()[0]
+    v = th.nn.functional.one_hot(th.tensor(0), 10).float() - pi
+    g = -grad[0]
+    beta = float(g @ v / (v @ v))
+    assert th.allclose(g, beta * v, atol=1e-6), "the exact update must point along e_y - pi"
+    return beta
+
+
+def test_population_updates_reproduce_the_closed_form_betas():
+    p = 0.1
+    lam = math.exp(10 / 3)
+    assert population_direction(TPO, p) == pytest.approx(p * (lam - 1) / (1 - p + lam * p), rel=1e-4)
+    assert population_direction(PG, p) == pytest.approx(p, rel=1e-4)
+    assert population_direction(DG, p) == pytest.approx(p / (1 + p), rel=1e-4)
+    assert population_direction(GRPO, p) == pytest.approx(math.sqrt(p / (1 - p)), rel=1e-4)
+    assert round(population_direction(TPO, p), 2) == 0.73
+    assert round(population_direction(GRPO, p), 2) == 0.33
+    assert round(population_direction(DG, p), 2) == 0.09
+
+
+# ------------------------------------------------------------------------------- learning
+
+
+def test_tpo_solves_the_ten_armed_bandit():
+    env = gym.make("TPO/KArmedBandit-v0", n_arms=10)
+    model = TPO(
+        "TabularPolicy",
+        env,
+        learning_rate=0.1,
+        batch_size=100,
+        n_epochs=1,
+        group_mode="single",
+        baseline=0.5,
+        seed=0,
+    )
+    model.learn(100 * 60)
+    assert bandit_error(model) < 0.05
+
+
+@pytest.mark.parametrize("algo", [PG, DG, GRPO])
+def test_single_sample_methods_learn_the_ten_armed_bandit(algo):
+    env = gym.make("TPO/KArmedBandit-v0", n_arms=10)
+    model = algo(
+        "TabularPolicy",
+        env,
+        learning_rate=0.1,
+        batch_size=100,
+        n_epochs=1,
+        group_mode="single",
+        baseline=0.5,
+        seed=0,
+    )
+    before = bandit_error(model)
+    model.learn(100 * 60)
+    assert bandit_error(model) < before / 2
+
+
+def test_tpo_token_solves_token_copy():
+    model = TPO("TransformerPolicy", copy_env(h=3), batch_size=64, group_size=8, group_mode="token", seed=0)
+    model.learn(64 * 3 * 40)
+    assert token_error(model) < 0.05
+
+
+@pytest.mark.parametrize(
+    "algo, kwargs",
+    [(PPO, {}), (DG, {}), (GRPO, dict(group_mode="token")), (TPO, dict(group_mode="sequence"))],
+)
+def test_peers_learn_token_copy(algo, kwargs):
+    model = algo("TransformerPolicy", copy_env(h=3), batch_size=64, group_size=8, seed=0, **kwargs)
+    before = token_error(model)
+    model.learn(model.n_envs * 3 * 25)
+    assert token_error(model) < before * 0.6

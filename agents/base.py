@@ -160,16 +160,17 @@ class GroupAlgorithm(BaseAlgorithm):
         if self.group_mode == "sequence":
             return self.batch_size * self.group_size
         if self.group_mode == "population":
-            return self.action_space_contexts()
+            return self.n_tabular_contexts() or self.batch_size
         return self.batch_size * (self.group_size if self.interaction_matched else 1)
 
-    def action_space_contexts(self) -> int:
-        """Number of contexts of a tabular env (its Discrete observation size), for population mode."""
-        if not isinstance(self.observation_space, spaces.Discrete):
-            raise ValueError(
-                "group_mode='population' needs an env whose observation is a Discrete context index"
-            )
-        return int(self.observation_space.n)
+    def n_tabular_contexts(self) -> int | None:
+        """Number of contexts of a tabular env (its Discrete observation size), else None.
+
+        Population mode enumerates them all; on other envs it draws ``batch_size`` contexts.
+        """
+        if isinstance(self.observation_space, spaces.Discrete):
+            return int(self.observation_space.n)
+        return None
 
     def _setup_lr_schedule(self) -> None:
         scale = math.sqrt(self.group_size) if self.interaction_matched else 1.0
@@ -257,7 +258,9 @@ class GroupAlgorithm(BaseAlgorithm):
         if self.group_mode == "token":
             batch = collect_token_groups(vector_env, self.policy, self.group_size, on_step)
         elif self.group_mode == "population":
-            batch = collect_population(vector_env, self.policy, vector_env.num_envs, int(self.action_space.n))
+            batch = collect_population(
+                vector_env, self.policy, exhaustive=self.n_tabular_contexts() is not None
+            )
             batch = batch if on_step(vector_env.num_envs) else None
         else:
             group_size = self.group_size if self.group_mode == "sequence" else 1

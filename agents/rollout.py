@@ -76,6 +76,27 @@ def sample_actions(log_probs: th.Tensor, n: int) -> th.Tensor:
     return draws.reshape(*log_probs.shape[:-1], n)
 
 
+class _StepLogProbs:
+    """log pi(.|x_t) along the trajectories of a batch, one call per step.
+
+    A policy with ``decode_start``/``decode_next`` (the transformer) decodes incrementally with a
+    KV cache from the env's prompts (exact); any other policy reads the observation.
+    """
+
+    def __init__(self, policy, prompts: np.ndarray | None) -> None:
+        self.policy, self.cache, self.t = policy, None, 0
+        self.prompts = prompts if hasattr(policy, "decode_start") else None
+
+    def __call__(self, obs: th.Tensor, previous_actions: th.Tensor | None) -> th.Tensor:
+        if self.prompts is None:
+            return self.policy.action_log_probs(obs)
+        if self.cache is None:
+            log_probs, self.cache = self.policy.decode_start(_as_tensor(self.prompts, self.policy.device))
+            return log_probs
+        self.t += 1
+        return self.policy.decode_next(previous_actions, self.cache, self.t - 1)
+
+
 def _as_tensor(x: np.ndarray, device: th.device) -> th.Tensor:
     return th.as_tensor(np.array(x), device=device)
 
@@ -113,10 +134,11 @@ def collect_episodes(
     n = env.num_envs
     contexts, prompts = _context_ids(env, n, group_size), _prompts(env)
     obs_steps, action_steps, logp_steps, reward_steps = [], [], [], []
+    step_log_probs, actions = _StepLogProbs(policy, prompts), None
     token_rewards = None
     while token_rewards is None:
         obs_t = _as_tensor(obs, device)
-        log_probs = policy.action_log_probs(obs_t)
+        log_probs = step_log_probs(obs_t, actions)
         actions = sample_actions(log_probs, 1)[:, 0]
         obs, rewards, terminated, truncated, infos = env.step(actions.cpu().numpy())
         obs_steps.append(obs_t)
@@ -156,10 +178,11 @@ def collect_token_groups(
     prompts = _prompts(env)
     n = env.num_envs
     obs_steps, cand_steps, score_steps, logp_steps, reward_steps = [], [], [], [], []
+    step_log_probs, candidates = _StepLogProbs(policy, prompts), None
     token_rewards = None
     while token_rewards is None:
         obs_t = _as_tensor(obs, device)
-        log_probs = policy.action_log_probs(obs_t)
+        log_probs = step_log_probs(obs_t, None if candidates is None else candidates[:, 0])
         candidates = sample_actions(log_probs, group_size)
         scores = env.score_candidates(candidates.cpu().numpy())
         obs, rewards, terminated, truncated, infos = env.step(candidates[:, 0].cpu().numpy())
@@ -191,16 +214,20 @@ def collect_token_groups(
 
 
 @th.no_grad()
-def collect_population(env: VectorEnv, policy, n_contexts: int, n_actions: int) -> Population:
-    """Score every action of contexts ``0..n_contexts-1`` exactly (no sampling, no stepping)."""
+def collect_population(env: VectorEnv, policy, exhaustive: bool) -> Population:
+    """Score every action at each sub-env's context exactly (no sampling of actions, no stepping).
+
+    ``exhaustive``: the contexts are ``0..num_envs-1`` (a tabular env); otherwise fresh contexts are
+    drawn (e.g. MNIST images for the supervised oracle).
+    """
     device = policy.device
-    obs, _ = env.reset(options={"contexts": np.arange(n_contexts)})
-    all_actions = np.broadcast_to(np.arange(n_actions), (n_contexts, n_actions))
-    rewards = env.score_candidates(np.ascontiguousarray(all_actions))
+    options = {"contexts": np.arange(env.num_envs)} if exhaustive else None
+    obs, _ = env.reset(options=options)
+    n_actions = int(env.single_action_space.n)
+    all_actions = np.ascontiguousarray(np.broadcast_to(np.arange(n_actions), (env.num_envs, n_actions)))
+    rewards = _as_tensor(env.score_candidates(all_actions), device).float()
     obs_t = _as_tensor(obs, device)
-    return Population(
-        obs=obs_t, rewards=_as_tensor(rewards, device).float(), old_log_probs=policy.action_log_probs(obs_t)
-    )
+    return Population(obs=obs_t, rewards=rewards, old_log_probs=policy.action_log_probs(obs_t))
 
 
 def episode_log_probs(policy, episodes: Episodes | TokenGroups) -> th.Tensor:

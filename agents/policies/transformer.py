@@ -322,6 +322,19 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         return log_probs.gather(-1, completions.to(log_probs.device).long().unsqueeze(-1)).squeeze(-1)
 
     @torch.no_grad()
+    def decode_start(self, prompts: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """Begin incremental decoding: ``(log pi(. | prompt) [N, V], KV cache)`` (exact, no grad)."""
+        prompts = prompts.to(self.device).long()
+        cache = self.model.new_cache(prompts.shape[0], prompts.device, self.model.token_embedding.dtype)
+        return self.model.forward_cached(prompts, cache, 0)[:, -1], cache
+
+    @torch.no_grad()
+    def decode_next(self, tokens: Tensor, cache: list[tuple[Tensor, Tensor]], t: int) -> Tensor:
+        """Append output token ``t`` (``tokens [N]``) to the cache; return the next log-probs [N, V]."""
+        tokens = tokens.to(self.device).long().reshape(-1, 1)
+        return self.model.forward_cached(tokens, cache, self.horizon + t)[:, 0]
+
+    @torch.no_grad()
     def sample_completions(
         self,
         prompts: Tensor,

@@ -236,7 +236,6 @@ class GroupAlgorithm(BaseAlgorithm):
             if batch is None:
                 break
             self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-            self.log_rollout(batch)
             self.train(batch)
             iteration += 1
             if log_interval > 0 and iteration % log_interval == 0:
@@ -245,7 +244,11 @@ class GroupAlgorithm(BaseAlgorithm):
         return self
 
     def collect(self, callback: BaseCallback) -> Batch | None:
-        """One batch of groups in this algorithm's mode; None if a callback stopped training."""
+        """One batch of groups in this algorithm's mode; None if a callback stopped training.
+
+        The batch's ``rollout/`` metrics are recorded before ``callback.on_rollout_end()``, so a
+        callback can read them from ``model.logger.name_to_value`` there (the policy is not yet updated).
+        """
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
 
@@ -266,6 +269,7 @@ class GroupAlgorithm(BaseAlgorithm):
             group_size = self.group_size if self.group_mode == "sequence" else 1
             batch = collect_episodes(vector_env, self.policy, group_size, on_step)
         if batch is not None:
+            self.log_rollout(batch)
             callback.on_rollout_end()
         return batch
 

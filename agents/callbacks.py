@@ -1,0 +1,206 @@
+"""Callbacks of the zoo: atomic saving, timestep-based triggers, task error, evaluation, hyperparameters.
+
+Triggers count environment steps (``model.num_timesteps``), not ``on_step`` calls, so
+``--eval-freq`` and ``--save-freq`` mean the same for SB3's PPO (one call per vectorised step) and
+for a grouped algorithm whose steps cover many prompts at once.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback, EvalCallback, EventCallback
+from stable_baselines3.common.logger import HParam, TensorBoardOutputFormat
+
+#: Scalars the HParams tab shows next to the hyperparameters.
+HPARAM_METRICS = ("rollout/task_error", "eval/task_error", "eval/mean_reward", "rollout/ep_rew_mean")
+
+
+def atomic_save(model: BaseAlgorithm, path: str) -> str:
+    """Save ``model`` to ``path`` (``.zip`` added if missing) through a temp file and ``os.replace``.
+
+    An interruption while writing leaves the previous file at ``path`` intact.
+    """
+    path = path if path.endswith(".zip") else path + ".zip"
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".zip")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            model.save(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def episode_task_error(info: dict[str, Any]) -> float | None:
+    """The task's error of a finished episode: ``token_error`` if given, else ``1 - is_success``."""
+    if "token_error" in info:
+        return float(info["token_error"])
+    if "is_success" in info:
+        return 1.0 - float(info["is_success"])
+    return None
+
+
+class EveryTimesteps(EventCallback):
+    """Run ``callback`` each time ``num_timesteps`` passes a multiple of ``n_steps``."""
+
+    def __init__(self, n_steps: int, callback: BaseCallback) -> None:
+        super().__init__(callback)
+        self.n_steps = int(n_steps)
+        self._bucket = 0
+
+    def _on_training_start(self) -> None:
+        super()._on_training_start()
+        self._bucket = self.model.num_timesteps // self.n_steps
+
+    def _on_step(self) -> bool:
+        bucket = self.model.num_timesteps // self.n_steps
+        if bucket > self._bucket:
+            self._bucket = bucket
+            return self._on_event()
+        return True
+
+
+class AtomicCheckpoint(BaseCallback):
+    """Save ``<folder>/<prefix>_<num_timesteps>_steps.zip`` atomically each time it is called."""
+
+    def __init__(self, folder: str, name_prefix: str = "rl_model", verbose: int = 0) -> None:
+        super().__init__(verbose)
+        self.folder = folder
+        self.name_prefix = name_prefix
+
+    def _on_step(self) -> bool:
+        path = os.path.join(self.folder, f"{self.name_prefix}_{self.num_timesteps}_steps.zip")
+        atomic_save(self.model, path)
+        if self.verbose >= 1:
+            print(f"Saving model checkpoint to {path}")
+        return True
+
+
+class SaveBest(BaseCallback):
+    """``callback_on_new_best`` of the evaluation: save ``best_model.zip`` atomically."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def _on_step(self) -> bool:
+        atomic_save(self.model, os.path.join(self.folder, "best_model.zip"))
+        return True
+
+
+class TaskErrorCallback(BaseCallback):
+    """Log ``rollout/task_error`` from the ``infos`` of finished episodes (for algorithms that do not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._errors: list[float] = []
+
+    def _on_step(self) -> bool:
+        dones = self.locals.get("dones")
+        infos = self.locals.get("infos") or []
+        if dones is not None:
+            for done, info in zip(np.asarray(dones).reshape(-1), infos, strict=False):
+                error = episode_task_error(info) if done else None
+                if error is not None:
+                    self._errors.append(error)
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if self._errors:
+            self.logger.record("rollout/task_error", float(np.mean(self._errors)))
+            self._errors = []
+
+
+class TaskEvalCallback(EvalCallback):
+    """SB3's ``EvalCallback`` that also logs ``eval/task_error`` and saves ``task_errors`` in the npz."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._errors: list[float] = []
+        self.evaluations_task_errors: list[list[float]] = []
+
+    def _init_callback(self) -> None:
+        # The grouped algorithms collect from their own batched env, so the training env is never
+        # of the evaluation env's type; SB3's warning about that would be noise here.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Training and eval env are not of the same type")
+            super()._init_callback()
+
+    def _log_success_callback(self, locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
+        super()._log_success_callback(locals_, globals_)
+        error = episode_task_error(locals_["info"]) if locals_["done"] else None
+        if error is not None:
+            self._errors.append(error)
+            self.logger.record_mean("eval/task_error", error)
+
+    def _on_step(self) -> bool:
+        n_before = len(self.evaluations_timesteps)
+        self._errors = []
+        keep_going = super()._on_step()
+        if self.log_path is not None and len(self.evaluations_timesteps) > n_before and self._errors:
+            self.evaluations_task_errors.append(self._errors)
+            extra = {"successes": self.evaluations_successes} if self.evaluations_successes else {}
+            np.savez(
+                self.log_path,
+                timesteps=self.evaluations_timesteps,
+                results=self.evaluations_results,
+                ep_lengths=self.evaluations_length,
+                task_errors=self.evaluations_task_errors,
+                **extra,
+            )
+        return keep_going
+
+
+class HParamCallback(BaseCallback):
+    """Write the hyperparameters to TensorBoard: the HPARAMS tab and a markdown table (TEXT tab)."""
+
+    def __init__(self, hparams: dict[str, Any]) -> None:
+        super().__init__()
+        self.hparams = {key: _hparam_value(value) for key, value in flatten(hparams).items()}
+
+    def _on_training_start(self) -> None:
+        # Written straight to the TensorBoard writer: no other output format takes these values,
+        # and the algorithm's own pending values are left for its next dump.
+        rows = "\n".join(f"|{key}|{value}|" for key, value in sorted(self.hparams.items()))
+        values = {
+            "hparams": HParam(self.hparams, dict.fromkeys(HPARAM_METRICS, 0.0)),
+            "hyperparameters": f"|param|value|\n|-|-|\n{rows}",
+        }
+        for output in self.logger.output_formats:
+            if isinstance(output, TensorBoardOutputFormat):
+                output.write(values, dict.fromkeys(values), self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"env_kwargs": {"reward": "x"}}`` -> ``{"env_kwargs.reward": "x"}``."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _hparam_value(value: Any) -> bool | int | float | str:
+    """A value TensorBoard's HParams accept (numbers, bools, strings)."""
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)

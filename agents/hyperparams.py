@@ -1,0 +1,296 @@
+"""Hyperparameters for the zoo: YAML directories and files, ``key:value`` overrides, checks, preprocessing.
+
+Sources, from lowest to highest precedence (order on the command line does not matter):
+
+1. a directory ``D`` (``--hyperparams zoo_configs/``), read as ``D/<algo>.yml``;
+2. a YAML file (``.yml``/``.yaml``) or a Python file with a ``hyperparams`` dict;
+3. ``key:value`` overrides (``learning_rate:1e-4 group_mode:token``).
+
+Each file contributes the entry of the env id, or its ``default`` entry (and says so). Dict-valued
+keys (``env_kwargs``, ``eval_env_kwargs``) merge key by key; every other key replaces. The explicit
+flags (``-n``, ``--env-kwargs``, ``--seed``, ...) sit above all of these and are applied by the zoo.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: Keys the zoo consumes itself; they never reach the algorithm's constructor.
+ZOO_KEYS = frozenset(
+    {
+        "n_timesteps",
+        "n_envs",
+        "env_kwargs",
+        "eval_env_kwargs",
+        "normalize",
+        "callback",
+        "monitor_kwargs",
+        "env_wrapper",
+        "vec_env_wrapper",
+        "frame_stack",
+    }
+)
+#: Constructor arguments the zoo sets from its flags; a YAML file may not set them.
+FLAG_KEYS = frozenset({"env", "tensorboard_log", "seed", "verbose", "device", "_init_setup_model"})
+#: Keys whose ``lin_<value>`` strings become a linear decay from ``value`` to 0.
+SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
+#: Dict-valued keys that merge key by key across sources.
+MERGED_KEYS = ("env_kwargs", "eval_env_kwargs")
+#: Where a run without ``--hyperparams``/``--conf-file`` looks for ``<algo>.yml``.
+DEFAULT_DIRS = (Path("zoo_configs"), Path(__file__).resolve().parent.parent / "zoo_configs")
+
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+_OVERRIDE = re.compile(r"^([A-Za-z_]\w*):(.*)$", re.DOTALL)
+
+
+class ConfigError(ValueError):
+    """A problem in the hyperparameters: the message names the key and the file."""
+
+
+@dataclass
+class Hyperparams:
+    """Merged hyperparameters and, for each key, the source it came from."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def update(self, entry: dict[str, Any], origin: str) -> None:
+        """Merge ``entry`` on top (dict-valued :data:`MERGED_KEYS` merge key by key)."""
+        for key, value in entry.items():
+            if key in MERGED_KEYS and isinstance(value, dict) and isinstance(self.values.get(key), dict):
+                value = {**self.values[key], **value}
+            self.values[key] = value
+            self.origins[key] = origin
+
+
+def parse_value(text: str) -> Any:
+    """Evaluate an override's value as Python (``1e-4``, ``True``, ``dict(a=1)``); else keep the string."""
+    import torch
+
+    try:
+        return eval(text, {"nn": torch.nn, "th": torch, "torch": torch})  # noqa: S307 (zoo semantics)
+    except Exception:
+        return text
+
+
+def split_sources(values: list[str]) -> tuple[list[Path], list[Path], dict[str, Any]]:
+    """Sort ``--hyperparams``/``--conf-file`` values into directories, files and ``key:value`` overrides."""
+    dirs: list[Path] = []
+    files: list[Path] = []
+    overrides: dict[str, Any] = {}
+    for value in values:
+        path = Path(value)
+        match = _OVERRIDE.match(value)
+        if path.is_dir():
+            dirs.append(path)
+        elif path.is_file():
+            files.append(path)
+        elif match is not None:
+            overrides[match.group(1)] = parse_value(match.group(2))
+        elif value.endswith(("/", ".yml", ".yaml", ".py")):
+            raise ConfigError(f"Hyperparameter file or directory not found: {value}")
+        else:
+            raise ConfigError(f"Cannot read {value!r}: expected a directory, a .yml/.py file or key:value")
+    return dirs, files, overrides
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML file (or a Python file's ``hyperparams`` dict); a syntax error names file and line."""
+    if path.suffix == ".py":
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        data = getattr(module, "hyperparams", None)
+    else:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+            problem = getattr(err, "problem", None) or str(err)
+            context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+            if context and start is not None:
+                problem += f" ({context} at line {start.line + 1})"
+            raise ConfigError(f"{where}: invalid YAML: {problem}") from err
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ConfigError(
+            f"{path}: expected a mapping from env ids (or 'default') to mappings of hyperparameters"
+        )
+    return data
+
+
+def select_entry(
+    data: dict[str, Any], env_id: str, path: Path, algo: str, verbose: int = 1
+) -> dict[str, Any]:
+    """The env's entry of a config file, or its ``default`` entry (printing that it falls back)."""
+    if env_id in data:
+        return copy.deepcopy(data[env_id])
+    if "default" in data:
+        if verbose:
+            print(f"No entry for {env_id} in {path}: using its 'default' hyperparameters")
+        return copy.deepcopy(data["default"])
+    close = difflib.get_close_matches(env_id, list(data), n=1)
+    hint = f" Did you mean the key {close[0]!r}?" if close else ""
+    raise ConfigError(
+        f"Hyperparameters not found for {algo}-{env_id} in {path} (no such key, no 'default').{hint}"
+    )
+
+
+def default_dir() -> Path:
+    """``zoo_configs/`` of the working directory if it exists, else the project's own."""
+    for candidate in DEFAULT_DIRS:
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError("No hyperparameters given and no zoo_configs/ directory found; pass --hyperparams")
+
+
+def load_hyperparams(
+    sources: list[str], algo: str, env_id: str, verbose: int = 1, into: Hyperparams | None = None
+) -> Hyperparams:
+    """Merge the hyperparameters of ``algo`` on ``env_id`` from ``sources`` (see the module docstring).
+
+    ``into`` holds values of lower precedence than every source (e.g. an ablation's definition).
+    """
+    dirs, files, overrides = split_sources(sources)
+    if not dirs and not files:
+        dirs = [default_dir()]
+    hyper = into if into is not None else Hyperparams()
+    for path in [d / f"{algo}.yml" for d in dirs] + files:
+        if not path.is_file():
+            raise ConfigError(f"No hyperparameter file for algorithm {algo!r}: {path} does not exist")
+        entry = select_entry(read_config_file(path), env_id, path, algo, verbose)
+        hyper.update(entry, str(path))
+    hyper.update(overrides, "--hyperparams override")
+    return hyper
+
+
+def constructor_keys(algo_cls: type) -> set[str] | None:
+    """Keyword arguments the algorithm's constructor accepts, following ``**kwargs`` up the MRO.
+
+    ``None`` when every class up to ``object`` forwards ``**kwargs`` (then any key is accepted).
+    """
+    keys: set[str] = set()
+    for klass in algo_cls.__mro__:
+        if klass is object:
+            return None
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        keys |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return keys - {"self"}
+    return None
+
+
+def check_keys(hyper: Hyperparams, algo_cls: type, algo: str) -> None:
+    """Reject a key that neither the zoo nor ``algo``'s constructor knows, naming the key and its file."""
+    accepted = constructor_keys(algo_cls)
+    allowed = None if accepted is None else (accepted - FLAG_KEYS) | ZOO_KEYS
+    for key in hyper.values:
+        if key in FLAG_KEYS:
+            raise ConfigError(
+                f"{key!r} (in {hyper.origins[key]}) is set by a command-line flag, not a hyperparameter"
+            )
+        if allowed is not None and key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"Unknown hyperparameter {key!r} for algorithm {algo!r} ({algo_cls.__name__}) "
+                f"in {hyper.origins[key]}.{hint}"
+            )
+
+
+def as_number(value: Any) -> Any:
+    """Turn a numeric string (``"1e-3"``: PyYAML's float pitfall) into a float; leave the rest."""
+    if isinstance(value, str) and _FLOAT.match(value.strip()):
+        return float(value)
+    return value
+
+
+def evaluated(value: Any) -> Any:
+    """A string such as ``"dict(net_arch=[64])"`` evaluated with ``nn``/``th`` in scope; else the value."""
+    return parse_value(value) if isinstance(value, str) else value
+
+
+def import_object(path: str) -> Any:
+    """Import ``"package.module.Name"`` (or ``"package.module:Name"``)."""
+    module_name, _, name = path.replace(":", ".").rpartition(".")
+    if not module_name:
+        raise ConfigError(f"Expected a dotted path 'module.Name', got {path!r}")
+    return getattr(importlib.import_module(module_name), name)
+
+
+def instantiate(spec: Any) -> list[Any]:
+    """Objects from a zoo spec: ``"mod.Cls"``, ``["mod.A", "mod.B"]`` or ``{"mod.Cls": {kwargs}}``."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        return [import_object(spec)()]
+    if isinstance(spec, dict):
+        return [import_object(path)(**(kwargs or {})) for path, kwargs in spec.items()]
+    return [obj for item in spec for obj in instantiate(item)]
+
+
+def wrapper_factory(spec: Any) -> Any:
+    """A zoo ``env_wrapper``/``vec_env_wrapper`` spec as one callable ``env -> wrapped env`` (or None)."""
+    if spec is None:
+        return None
+    items = spec if isinstance(spec, list) else [spec]
+    wrappers = []
+    for item in items:
+        path, kwargs = next(iter(item.items())) if isinstance(item, dict) else (item, {})
+        wrappers.append((import_object(path), kwargs or {}))
+
+    def wrap(env: Any) -> Any:
+        for cls, kwargs in wrappers:
+            env = cls(env, **kwargs)
+        return env
+
+    return wrap
+
+
+def linear_schedule(text: str) -> Any:
+    """``"lin_3e-4"`` -> a picklable schedule from 3e-4 (start) to 0 (end of training)."""
+    from stable_baselines3.common.utils import LinearSchedule
+
+    return LinearSchedule(start=float(text.split("_", 1)[1]), end=0.0, end_fraction=1.0)
+
+
+def algo_kwargs(values: dict[str, Any]) -> dict[str, Any]:
+    """The constructor keyword arguments: the non-zoo keys, with schedules and ``policy_kwargs`` built."""
+    kwargs = {key: as_number(value) for key, value in values.items() if key not in ZOO_KEYS}
+    for key in SCHEDULE_KEYS:
+        if isinstance(kwargs.get(key), str) and kwargs[key].startswith("lin_"):
+            kwargs[key] = linear_schedule(kwargs[key])
+    if "policy_kwargs" in kwargs:
+        kwargs["policy_kwargs"] = evaluated(kwargs["policy_kwargs"])
+    return kwargs
+
+
+def sanitized(value: Any) -> Any:
+    """A YAML-safe copy of ``value`` (tuples -> lists, other objects -> their repr)."""
+    if isinstance(value, dict):
+        return {str(k): sanitized(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [sanitized(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def write_yaml(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    """Write ``data`` with sorted keys as plain YAML (loadable with ``yaml.safe_load``)."""
+    with open(path, "w") as f:
+        yaml.safe_dump(sanitized(data), f, sort_keys=True, default_flow_style=False)

@@ -1,0 +1,126 @@
+"""Name -> algorithm class, as the zoo's ``ALGOS`` dict, and short env name -> registered env id.
+
+Entries are ``"module:Class"`` strings imported on first use, so that listing the names
+(e.g. for an error message) imports nothing heavy. ``sb3_ppo`` is Stable-Baselines3's own
+actor-critic PPO, kept for comparison with the paper's critic-free PPO (``ppo``).
+
+The paper's ablations are names of their own (``tpo_no_anchor``, ``grpo_no_kl``, ...): the class of
+their parent algorithm plus the keyword arguments in :data:`ABLATIONS` that define them, so a YAML
+file or an override cannot lose the defining setting by accident.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from typing import Any
+
+ALGOS: dict[str, str] = {
+    "tpo": "agents.tpo:TPO",
+    "grpo": "agents.grpo:GRPO",
+    "dg": "agents.dg:DG",
+    "ppo": "agents.ppo:PPO",
+    "pg": "agents.pg:PG",
+    "group_pg": "agents.pg:GroupPG",
+    "tpo_no_anchor": "agents.tpo:TPO",
+    "tpo_1ep": "agents.tpo:TPO",
+    "grpo_no_kl": "agents.grpo:GRPO",
+    "grpo_masked": "agents.grpo:GRPO",
+    "sb3_ppo": "stable_baselines3:PPO",
+}
+
+#: Keyword arguments that define an ablation (applied below the YAML file and the overrides).
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "tpo_no_anchor": {"anchor": False},
+    "tpo_1ep": {"n_epochs": 1},
+    "grpo_no_kl": {"beta": 0.0},
+    "grpo_masked": {"mask_zero_variance": True},
+}
+
+#: Algorithms that do not log the paper's metrics (``rollout/task_error``) themselves.
+EXTERNAL_ALGOS: frozenset[str] = frozenset({"sb3_ppo"})
+
+#: Namespace of the project's environments; short names resolve into it first.
+ENV_NAMESPACE = "TPO"
+
+
+def _unknown(kind: str, name: str, choices: list[str]) -> ValueError:
+    """A ``ValueError`` that lists the choices and the nearest match of ``name``."""
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.4)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ValueError(f"Unknown {kind} {name!r}.{hint} Choose one of: {', '.join(choices)}")
+
+
+def algo_key(name: str) -> str:
+    """Return the registry key of ``name`` (case-insensitive); an unknown name lists the choices."""
+    key = name.lower().replace("-", "_")
+    if key not in ALGOS:
+        raise _unknown("algorithm", name, sorted(ALGOS))
+    return key
+
+
+def get_algo(name: str) -> Any:
+    """Return the algorithm class registered under ``name`` (case-insensitive)."""
+    module_name, class_name = ALGOS[algo_key(name)].split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def algo_module(name: str) -> str:
+    """The module that defines algorithm ``name`` (e.g. ``"agents.tpo"``)."""
+    return ALGOS[algo_key(name)].split(":")[0]
+
+
+def ablation_kwargs(name: str) -> dict[str, Any]:
+    """The constructor keyword arguments that define ``name`` as an ablation (empty otherwise)."""
+    return dict(ABLATIONS.get(algo_key(name), {}))
+
+
+_VERSION = re.compile(r"-v(\d+)$")
+
+
+def _split_id(env_id: str) -> tuple[str, str, int]:
+    """``"TPO/TokenReversal-v0"`` -> ``("TPO", "TokenReversal", 0)`` (version -1 when absent)."""
+    namespace, _, rest = env_id.rpartition("/")
+    match = _VERSION.search(rest)
+    if match is None:
+        return namespace, rest, -1
+    return namespace, rest[: match.start()], int(match.group(1))
+
+
+def resolve_env_id(name: str) -> str:
+    """Resolve a registered id, ``module:id``, ``TPO/Name`` or a short ``Name`` to a full env id.
+
+    A short name is looked up case-insensitively, preferring the ``TPO`` namespace and the latest
+    version. An unknown name raises ``ValueError`` with the ``TPO`` ids and the nearest match.
+    """
+    import gymnasium as gym
+
+    if ":" in name:  # Gymnasium's "module:id" form: import the module, then resolve the id
+        module, name = name.split(":", 1)
+        importlib.import_module(module)
+    registry = gym.envs.registry
+    if name in registry:
+        return name
+    namespace, short, version = _split_id(name)
+    candidates = []
+    for env_id in registry:
+        ns, sh, ver = _split_id(env_id)
+        if sh.lower() == short.lower() and (not namespace or (ns or "").lower() == namespace.lower()):
+            if version < 0 or ver == version:
+                candidates.append((ns == ENV_NAMESPACE, not ns, ver, env_id))
+    if candidates:
+        return max(candidates)[-1]
+    ours = sorted(env_id for env_id in registry if env_id.startswith(ENV_NAMESPACE + "/"))
+    close = difflib.get_close_matches(name, list(registry), n=1, cutoff=0.5)
+    if not close:  # compare short names too: "TokenReversl" ~ "TokenReversal"
+        by_short = {_split_id(env_id)[1]: env_id for env_id in registry}
+        close = [by_short[s] for s in difflib.get_close_matches(short, list(by_short), n=1, cutoff=0.6)]
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listing = ", ".join(ours) if ours else "(none registered: is tpo_gym importable?)"
+    raise ValueError(f"Unknown env {name!r}.{hint} {ENV_NAMESPACE} envs: {listing}")
+
+
+def env_file_name(env_id: str) -> str:
+    """The env id as a folder or file name, as the zoo writes it: ``/`` becomes ``-``."""
+    return env_id.replace("/", "-")

@@ -1,0 +1,343 @@
+"""The zoo: train any registered algorithm on any env from YAML hyperparameters, RL-Zoo style.
+
+``python train.py --algo tpo --env TokenReversal --hyperparams zoo_configs/`` is a thin shim over
+:func:`train`, which takes the same arguments as a list, so training can be called from Python:
+``train(["--algo", "tpo", "--env", "TokenReversal", "-n", "2000"])``.
+
+A run writes ``<log-folder>/<algo>/<Env>_<N>/`` with ``<Env>.zip`` (the final model, also saved on
+Ctrl-C), ``monitor.csv``, ``evaluations.npz`` and ``best_model.zip`` (with ``--eval-freq``),
+``rl_model_<steps>_steps.zip`` (with ``--save-freq``) and ``<Env>/{config.yml,args.yml,command.txt}``.
+TensorBoard runs go to ``<tb>/<Env>/<ALGO>_<k>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shlex
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agents import callbacks as cb
+from agents import hyperparams as hp
+from agents import registry
+from agents.zoo_envs import VEC_ENV_CLASSES, make_env, normalize_kwargs, normalized
+
+#: The evaluation env's seed is the run's seed plus this offset (distinct prompt streams).
+EVAL_SEED_OFFSET = 2**16
+
+
+class StoreDict(argparse.Action):
+    """``key:value`` pairs into a dict, each value evaluated as Python (strings may stay bare)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        pairs = {}
+        for item in values:
+            key, sep, value = item.partition(":")
+            if not sep:
+                parser.error(f"{option_string} expects key:value pairs, got {item!r}")
+            pairs[key] = hp.parse_value(value)
+        setattr(namespace, self.dest, pairs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, with the RL Zoo's flag names, aliases and defaults."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], prog="train.py")
+    p.add_argument("--algo", type=str, default="tpo", help=f"algorithm, one of: {', '.join(registry.ALGOS)}")
+    p.add_argument(
+        "--env", type=str, default="TPO/TokenReversal-v0", help="env id or short name (TokenReversal)"
+    )
+    p.add_argument(
+        "-n", "--n-timesteps", type=int, default=-1, help="overrides the YAML n_timesteps when > 0"
+    )
+    p.add_argument("--seed", type=int, default=-1, help="random seed; -1 draws one (recorded in args.yml)")
+    p.add_argument("-tb", "--tensorboard-log", type=str, default="", help="TensorBoard root folder")
+    p.add_argument("-f", "--log-folder", type=str, default="logs", help="root of the run folders")
+    p.add_argument("--eval-freq", type=int, default=25000, help="evaluate every N env steps (<= 0: never)")
+    p.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation")
+    p.add_argument("--n-eval-envs", type=int, default=1, help="envs of the evaluation VecEnv")
+    p.add_argument("--save-freq", type=int, default=-1, help="checkpoint every N env steps (<= 0: never)")
+    p.add_argument(
+        "-params", "--hyperparams", type=str, nargs="+", default=[],
+        help="YAML directory (<dir>/<algo>.yml), YAML file, and/or key:value overrides",
+    )  # fmt: skip
+    p.add_argument("-conf", "--conf-file", type=str, nargs="+", default=[], help="YAML file or directory")
+    p.add_argument("--device", type=str, default="auto", help="PyTorch device (auto, cpu, cuda)")
+    p.add_argument("--vec-env", type=str, default="dummy", choices=list(VEC_ENV_CLASSES), help="VecEnv type")
+    p.add_argument("-P", "--progress", action="store_true", default=False, help="show a progress bar")
+    p.add_argument("--verbose", type=int, default=1, help="0: silent, 1: info")
+    p.add_argument(
+        "--env-kwargs", type=str, nargs="+", action=StoreDict, default={}, help="key:value env kwargs"
+    )
+    p.add_argument(
+        "--eval-env-kwargs", type=str, nargs="+", action=StoreDict, default={}, help="eval env kwargs"
+    )
+    p.add_argument(
+        "--gym-packages", type=str, nargs="+", default=[], help="modules to import (register envs)"
+    )
+    p.add_argument("-i", "--trained-agent", type=str, default="", help="continue training from this .zip")
+    p.add_argument("--num-threads", type=int, default=-1, help="torch threads (-1: torch's default)")
+    p.add_argument(
+        "--log-interval", type=int, default=-1, help="override the log interval (-1: algo default)"
+    )
+    return p
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns: the trained model and where the run was written."""
+
+    model: Any
+    save_path: str
+    env_id: str
+    algo: str
+    seed: int
+    n_timesteps: int
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
+
+
+def import_algo(algo: str) -> type:
+    """The class of ``algo``; a missing module of a registered algorithm is a :class:`ConfigError`."""
+    try:
+        return registry.get_algo(algo)
+    except ModuleNotFoundError as err:
+        module = registry.algo_module(algo)
+        if err.name is not None and module.startswith(err.name):
+            raise hp.ConfigError(f"Algorithm {algo!r} is registered but {module} is not written yet") from err
+        raise
+
+
+def git_commit() -> str:
+    """The project's git commit (``"unknown"`` outside a checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )  # fmt: skip
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_folder(log_folder: str, algo: str, env_name: str) -> str:
+    """Create and return ``<log_folder>/<algo>/<env_name>_<N>`` with N one above the latest run."""
+    from stable_baselines3.common.utils import get_latest_run_id
+
+    log_path = os.path.join(log_folder, algo)
+    save_path = os.path.join(log_path, f"{env_name}_{get_latest_run_id(log_path, env_name) + 1}")
+    os.makedirs(os.path.join(save_path, env_name), exist_ok=True)
+    return save_path
+
+
+def resolve(args: argparse.Namespace) -> tuple[str, str, type]:
+    """Import env packages; resolve the algo key, the full env id (printed) and the algorithm class."""
+    import tpo_gym  # noqa: F401  (registers the TPO/ envs)
+
+    for package in args.gym_packages:
+        importlib.import_module(package)
+    try:
+        algo = registry.algo_key(args.algo)
+        env_id = registry.resolve_env_id(args.env)
+    except ValueError as err:
+        raise hp.ConfigError(str(err)) from err
+    print(f"Env: {env_id}  (algo: {algo})")
+    return algo, env_id, import_algo(algo)
+
+
+@dataclass
+class RunSetup:
+    """Everything resolved before the model is built: names, merged hyperparameters, folders."""
+
+    args: argparse.Namespace
+    algo: str
+    env_id: str
+    algo_cls: type
+    values: dict[str, Any]
+    n_timesteps: int
+    env_kwargs: dict[str, Any]
+    eval_env_kwargs: dict[str, Any]
+    save_path: str = ""
+
+    @property
+    def env_name(self) -> str:
+        """The env id as a folder name (``TPO-TokenReversal-v0``)."""
+        return registry.env_file_name(self.env_id)
+
+
+def configure(argv: list[str]) -> RunSetup:
+    """Parse ``argv``, seed, and merge the hyperparameters (YAML dir < file < overrides < flags)."""
+    import torch
+    from stable_baselines3.common.utils import set_random_seed
+
+    args = build_parser().parse_args(argv)
+    if args.num_threads > 0:
+        torch.set_num_threads(args.num_threads)
+    algo, env_id, algo_cls = resolve(args)
+    if args.seed < 0:
+        args.seed = int(np.random.randint(2**32 - 1, dtype="int64"))
+    set_random_seed(args.seed)
+    hyper = hp.Hyperparams()
+    hyper.update(registry.ablation_kwargs(algo), f"the definition of {algo!r}")
+    hp.load_hyperparams(args.hyperparams + args.conf_file, algo, env_id, args.verbose, into=hyper)
+    hp.check_keys(hyper, algo_cls, algo)
+    values = hyper.values
+    n_timesteps = args.n_timesteps if args.n_timesteps > 0 else int(float(values.get("n_timesteps", 0)))
+    if n_timesteps <= 0:
+        raise hp.ConfigError(f"No n_timesteps for {algo}-{env_id}: set it in the YAML file or pass -n")
+    env_kwargs = {**hp.evaluated(values.get("env_kwargs") or {}), **args.env_kwargs}
+    eval_env_kwargs = {**env_kwargs, **hp.evaluated(values.get("eval_env_kwargs") or {})}
+    eval_env_kwargs.update(args.eval_env_kwargs)
+    if args.verbose:
+        print(f"Hyperparameters: {dict(sorted(values.items()))}")
+    return RunSetup(args, algo, env_id, algo_cls, values, n_timesteps, env_kwargs, eval_env_kwargs)
+
+
+def write_run_files(setup: RunSetup, argv: list[str]) -> None:
+    """Create the run folder and write ``config.yml``, ``args.yml`` and ``command.txt`` into it."""
+    setup.save_path = run_folder(setup.args.log_folder, setup.algo, setup.env_name)
+    params_path = os.path.join(setup.save_path, setup.env_name)
+    hp.write_yaml(os.path.join(params_path, "config.yml"), setup.values)
+    run_args = {**vars(setup.args), "algo": setup.algo, "env": setup.env_id}
+    hp.write_yaml(os.path.join(params_path, "args.yml"), run_args)
+    with open(os.path.join(params_path, "command.txt"), "w") as f:
+        f.write(shlex.join(["train.py", *argv]) + "\n")
+
+
+def build_envs(setup: RunSetup, norm: dict[str, Any] | None, stats: str | None) -> tuple[Any, Any]:
+    """The training VecEnv (monitored into the run folder) and the evaluation VecEnv (or None)."""
+    args, values = setup.args, setup.values
+    options = dict(
+        vec_env=args.vec_env,
+        monitor_kwargs=hp.evaluated(values.get("monitor_kwargs")),
+        env_wrapper=hp.wrapper_factory(values.get("env_wrapper")),
+        vec_env_wrapper=hp.wrapper_factory(values.get("vec_env_wrapper")),
+        frame_stack=values.get("frame_stack"),
+    )
+    n_envs = int(values.get("n_envs", 1))
+    env = make_env(setup.env_id, n_envs, args.seed, setup.env_kwargs, setup.save_path, **options)
+    env = normalized(env, norm, stats, training=True)
+    if args.eval_freq <= 0:
+        return env, None
+    eval_seed = args.seed + EVAL_SEED_OFFSET
+    eval_env = make_env(setup.env_id, args.n_eval_envs, eval_seed, setup.eval_env_kwargs, None, **options)
+    return env, normalized(eval_env, norm, stats, training=False)
+
+
+def build_model(setup: RunSetup, env: Any) -> Any:
+    """A new model, or the ``--trained-agent`` zip loaded with the YAML values (but not its policy)."""
+    args = setup.args
+    kwargs = hp.algo_kwargs(setup.values)
+    tensorboard_log = os.path.join(args.tensorboard_log, setup.env_name) if args.tensorboard_log else None
+    common = dict(tensorboard_log=tensorboard_log, seed=args.seed, verbose=args.verbose, device=args.device)
+    if not args.trained_agent:
+        return setup.algo_cls(env=env, **common, **kwargs)
+    if not (args.trained_agent.endswith(".zip") and os.path.isfile(args.trained_agent)):
+        raise hp.ConfigError(f"--trained-agent must be an existing .zip file, got {args.trained_agent!r}")
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("policy", "policy_kwargs")}
+    model = setup.algo_cls.load(args.trained_agent, env=env, **common, **kwargs)
+    print(f"Continuing from {args.trained_agent} at {model.num_timesteps} timesteps")
+    return model
+
+
+def build_callbacks(setup: RunSetup, eval_env: Any) -> list[Any]:
+    """HParams, task error (algorithms that lack it), YAML callbacks, progress bar, checkpoints, eval."""
+    from stable_baselines3.common.callbacks import ProgressBarCallback
+
+    args, save_path = setup.args, setup.save_path
+    run = {"algo": setup.algo, "env_id": setup.env_id, "seed": args.seed, "n_timesteps": setup.n_timesteps}
+    callbacks: list[Any] = [
+        cb.HParamCallback({**run, "git": git_commit(), **setup.values, "env_kwargs": setup.env_kwargs})
+    ]
+    if setup.algo in registry.EXTERNAL_ALGOS:
+        callbacks.append(cb.TaskErrorCallback())
+    callbacks += hp.instantiate(setup.values.get("callback"))
+    if args.progress:
+        from tqdm import TqdmExperimentalWarning
+
+        warnings.filterwarnings("ignore", category=TqdmExperimentalWarning)  # SB3 uses tqdm.rich
+        callbacks.append(ProgressBarCallback())
+    if args.save_freq > 0:
+        checkpoint = cb.AtomicCheckpoint(save_path, verbose=args.verbose)
+        callbacks.append(cb.EveryTimesteps(args.save_freq, checkpoint))
+    if eval_env is not None:
+        evaluation = cb.TaskEvalCallback(
+            eval_env,
+            callback_on_new_best=cb.SaveBest(save_path),
+            n_eval_episodes=args.eval_episodes,
+            eval_freq=1,
+            log_path=save_path,
+            best_model_save_path=None,
+            verbose=args.verbose,
+        )
+        callbacks.append(cb.EveryTimesteps(args.eval_freq, evaluation))
+    return callbacks
+
+
+def train(argv: list[str] | None = None) -> TrainResult:
+    """Run the zoo with command-line arguments ``argv`` (``sys.argv[1:]`` when ``None``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    setup = configure(argv)
+    args = setup.args
+    write_run_files(setup, argv)
+    params_path = os.path.join(setup.save_path, setup.env_name)
+    norm = normalize_kwargs(hp.evaluated(setup.values.get("normalize")), setup.values.get("gamma"))
+    agent_dir = os.path.dirname(os.path.abspath(args.trained_agent))
+    stats = os.path.join(agent_dir, setup.env_name, "vecnormalize.pkl") if args.trained_agent else None
+    env, eval_env = build_envs(setup, norm, stats)
+    model = None
+    interrupted = False
+    try:
+        model = build_model(setup, env)
+        learn_kwargs: dict[str, Any] = dict(
+            total_timesteps=setup.n_timesteps,
+            callback=build_callbacks(setup, eval_env),
+            tb_log_name=setup.algo.upper(),
+            reset_num_timesteps=not args.trained_agent,
+        )
+        if args.log_interval > -1:
+            learn_kwargs["log_interval"] = args.log_interval
+        try:
+            model.learn(**learn_kwargs)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("Interrupted: saving the model")
+        path = cb.atomic_save(model, os.path.join(setup.save_path, f"{setup.env_name}.zip"))
+        if args.verbose:
+            print(f"Saving to {path}")
+        if model.get_vec_normalize_env() is not None:
+            model.get_vec_normalize_env().save(os.path.join(params_path, "vecnormalize.pkl"))
+    finally:
+        if model is not None and getattr(model, "_logger", None) is not None:
+            model.logger.close()
+        for venv in (env, eval_env):
+            if venv is not None:
+                venv.close()
+    return TrainResult(
+        model,
+        setup.save_path,
+        setup.env_id,
+        setup.algo,
+        args.seed,
+        setup.n_timesteps,
+        setup.values,
+        interrupted,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``train.py``: :func:`train` with configuration errors as a one-line message."""
+    try:
+        train(argv)
+    except hp.ConfigError as err:
+        sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+    main()

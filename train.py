@@ -1,0 +1,9 @@
+"""Train an agent on a ``TPO/`` env from YAML hyperparameters (RL-Zoo style); see ``agents/zoo.py``.
+
+Example: ``python train.py --algo tpo --env TokenReversal --hyperparams zoo_configs/``
+"""
+
+from agents.zoo import main
+
+if __name__ == "__main__":
+    main()

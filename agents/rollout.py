@@ -17,7 +17,7 @@ no Python loop over sub-envs, candidates or groups.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch as th
@@ -44,6 +44,7 @@ class Episodes:
     n_contexts: int
     group_size: int
     prompts: th.Tensor | None = None  # [N, H] for the token tasks (teacher-forced re-scoring)
+    distinct: tuple[th.Tensor, th.Tensor] | None = field(default=None, repr=False)  # see distinct_sequences
 
 
 @dataclass
@@ -58,6 +59,7 @@ class TokenGroups:
     token_rewards: th.Tensor  # [B, H] the behaviour trajectory's rewards
     returns: th.Tensor  # [B]
     prompts: th.Tensor | None = None  # [B, H]
+    distinct: tuple[th.Tensor, th.Tensor] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -230,13 +232,29 @@ def collect_population(env: VectorEnv, policy, exhaustive: bool) -> Population:
     return Population(obs=obs_t, rewards=rewards, old_log_probs=policy.action_log_probs(obs_t))
 
 
+def distinct_sequences(episodes: Episodes | TokenGroups) -> tuple[th.Tensor, th.Tensor]:
+    """(distinct rows of [prompt, actions], inverse index) of a token batch, computed once per batch.
+
+    With small vocabularies many of the K completions of a prompt repeat (V = 2, H = 5, K = 32 has at
+    most 32 distinct ones); scoring each distinct sequence once and gathering is exact.
+    """
+    if episodes.distinct is None:
+        sequences = th.cat([episodes.prompts, episodes.actions], dim=1)
+        episodes.distinct = th.unique(sequences, dim=0, return_inverse=True)
+    return episodes.distinct
+
+
 def episode_log_probs(policy, episodes: Episodes | TokenGroups) -> th.Tensor:
     """Current-policy log pi(.|x_t) for every recorded state, [N, T, A], with gradients.
 
-    A policy with ``completion_log_probs`` (the transformer) re-scores each whole sequence with one
+    A policy with ``completion_log_probs`` (the transformer) re-scores each distinct sequence with one
     teacher-forced forward (exact under the causal mask); others re-score the recorded observations.
     """
     if episodes.prompts is not None and hasattr(policy, "completion_log_probs"):
-        return policy.completion_log_probs(episodes.prompts, episodes.actions)
+        rows, inverse = distinct_sequences(episodes)
+        if len(rows) == len(inverse):
+            return policy.completion_log_probs(episodes.prompts, episodes.actions)
+        horizon = episodes.prompts.shape[1]
+        return policy.completion_log_probs(rows[:, :horizon], rows[:, horizon:])[inverse]
     n, t = episodes.actions.shape
     return policy.action_log_probs(episodes.obs.flatten(0, 1)).reshape(n, t, -1)

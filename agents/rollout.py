@@ -85,15 +85,16 @@ class _StepLogProbs:
     KV cache from the env's prompts (exact); any other policy reads the observation.
     """
 
-    def __init__(self, policy, prompts: np.ndarray | None) -> None:
-        self.policy, self.cache, self.t = policy, None, 0
+    def __init__(self, policy, prompts: np.ndarray | None, group_size: int = 1) -> None:
+        self.policy, self.cache, self.t, self.group_size = policy, None, 0, group_size
         self.prompts = prompts if hasattr(policy, "decode_start") else None
 
     def __call__(self, obs: th.Tensor, previous_actions: th.Tensor | None) -> th.Tensor:
         if self.prompts is None:
             return self.policy.action_log_probs(obs)
         if self.cache is None:
-            log_probs, self.cache = self.policy.decode_start(_as_tensor(self.prompts, self.policy.device))
+            shared = _as_tensor(self.prompts[:: self.group_size], self.policy.device)
+            log_probs, self.cache = self.policy.decode_start(shared, repeats=self.group_size)
             return log_probs
         self.t += 1
         return self.policy.decode_next(previous_actions, self.cache, self.t - 1)
@@ -136,7 +137,7 @@ def collect_episodes(
     n = env.num_envs
     contexts, prompts = _context_ids(env, n, group_size), _prompts(env)
     obs_steps, action_steps, logp_steps, reward_steps = [], [], [], []
-    step_log_probs, actions = _StepLogProbs(policy, prompts), None
+    step_log_probs, actions = _StepLogProbs(policy, prompts, group_size), None
     token_rewards = None
     while token_rewards is None:
         obs_t = _as_tensor(obs, device)

@@ -209,3 +209,27 @@ def test_peers_learn_token_copy(algo, kwargs):
     before = token_error(model)
     model.learn(model.n_envs * 3 * 25)
     assert token_error(model) < before * 0.6
+
+
+@pytest.mark.parametrize("mode", ["token", "sequence"])
+def test_rollout_log_probs_equal_teacher_forced_rescoring(mode):
+    """The KV-cached rollout (shared prompt prefill, distinct-sequence re-scoring) is exact."""
+    model = TPO("TransformerPolicy", copy_env(h=4), batch_size=6, group_size=5, group_mode=mode, seed=1)
+    batch = model.collect(_NoCallback())
+    with th.no_grad():
+        rescored = model.current_log_probs(batch)
+    assert th.allclose(rescored, batch.old_log_probs, atol=1e-5)
+
+
+class _NoCallback:
+    def on_rollout_start(self):
+        pass
+
+    def on_rollout_end(self):
+        pass
+
+    def update_locals(self, _):
+        pass
+
+    def on_step(self):
+        return True

@@ -322,11 +322,19 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         return log_probs.gather(-1, completions.to(log_probs.device).long().unsqueeze(-1)).squeeze(-1)
 
     @torch.no_grad()
-    def decode_start(self, prompts: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        """Begin incremental decoding: ``(log pi(. | prompt) [N, V], KV cache)`` (exact, no grad)."""
+    def decode_start(self, prompts: Tensor, repeats: int = 1) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """Begin incremental decoding: ``(log pi(. | prompt) [N * repeats, V], KV cache)`` (exact, no grad).
+
+        Each prompt is encoded once and its cache repeated ``repeats`` times (rows n*repeats ..
+        n*repeats + repeats - 1), for K completions of one prompt.
+        """
         prompts = prompts.to(self.device).long()
         cache = self.model.new_cache(prompts.shape[0], prompts.device, self.model.token_embedding.dtype)
-        return self.model.forward_cached(prompts, cache, 0)[:, -1], cache
+        log_probs = self.model.forward_cached(prompts, cache, 0)[:, -1]
+        if repeats > 1:
+            log_probs = log_probs.repeat_interleave(repeats, dim=0)
+            cache = [(k.repeat_interleave(repeats, 0), v.repeat_interleave(repeats, 0)) for k, v in cache]
+        return log_probs, cache
 
     @torch.no_grad()
     def decode_next(self, tokens: Tensor, cache: list[tuple[Tensor, Tensor]], t: int) -> Tensor:

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from stable_baselines3.common.logger import configure
 
 import tpo_gym  # noqa: F401
 from agents import DG, GRPO, PG, PPO, TPO, GroupPG
@@ -215,6 +216,7 @@ def test_peers_learn_token_copy(algo, kwargs):
 def test_rollout_log_probs_equal_teacher_forced_rescoring(mode):
     """The KV-cached rollout (shared prompt prefill, distinct-sequence re-scoring) is exact."""
     model = TPO("TransformerPolicy", copy_env(h=4), batch_size=6, group_size=5, group_mode=mode, seed=1)
+    model.set_logger(configure(None, []))
     batch = model.collect(_NoCallback())
     with th.no_grad():
         rescored = model.current_log_probs(batch)

@@ -2,7 +2,8 @@
 
 Entries are ``"module:Class"`` strings imported on first use, so that listing the names
 (e.g. for an error message) imports nothing heavy. ``sb3_ppo`` is Stable-Baselines3's own
-actor-critic PPO, kept for comparison with the paper's critic-free PPO (``ppo``).
+actor-critic PPO, kept for comparison with the paper's critic-free PPO (``ppo``); ``ce`` is the
+supervised cross-entropy oracle of the bandit and MNIST figures.
 
 The paper's ablations are names of their own (``tpo_no_anchor``, ``grpo_no_kl``, ...): the class of
 their parent algorithm plus the keyword arguments in :data:`ABLATIONS` that define them, so a YAML
@@ -23,6 +24,7 @@ ALGOS: dict[str, str] = {
     "ppo": "agents.ppo:PPO",
     "pg": "agents.pg:PG",
     "group_pg": "agents.pg:GroupPG",
+    "ce": "agents.ce:CE",
     "tpo_no_anchor": "agents.tpo:TPO",
     "tpo_1ep": "agents.tpo:TPO",
     "grpo_no_kl": "agents.grpo:GRPO",

@@ -59,6 +59,8 @@ def make_env(
     monitor_kwargs.setdefault("info_keywords", default_info_keywords(env_id))
     native = _native_factory() if env_id.startswith(ENV_NAMESPACE + "/") and env_wrapper is None else None
     if native is not None:
+        if vec_env != "dummy":
+            print(f"{env_id} is natively batched: --vec-env {vec_env} is not used")
         venv = native(env_id, n_envs, seed=seed, **env_kwargs)
         filename = os.path.join(monitor_dir, "monitor.csv") if monitor_dir else None
         venv = VecMonitor(venv, filename=filename, info_keywords=tuple(monitor_kwargs["info_keywords"]))

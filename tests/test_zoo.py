@@ -118,6 +118,8 @@ def test_yaml_dir_is_read_and_is_the_default(tmp_path: Path) -> None:
     assert setup.n_timesteps == 1_000_000 and setup.env_kwargs["vocab_size"] == 2
     default = configure(["--algo", "tpo", "--env", "TokenReversal", "-f", str(tmp_path)])
     assert default.values == flagship
+    conf = configure(["--algo", "tpo", "--env", "TokenReversal", "-f", str(tmp_path), "-conf", str(CONFIGS)])
+    assert conf.values == flagship
 
 
 def test_yaml_file_beats_yaml_dir(tmp_path: Path) -> None:
@@ -186,12 +188,18 @@ def test_run_folders_count_up_and_seed_is_recorded(tmp_path: Path) -> None:
     assert args["seed"] == second.seed >= 0
 
 
-def test_same_seed_same_curve(tmp_path: Path) -> None:
-    runs = [zoo(tmp_path, "-n", "48", "-params", *TINY_SB3) for _ in range(2)]
+@pytest.mark.parametrize("algo", ["sb3_ppo", "tpo"])
+def test_same_seed_same_curve(tmp_path: Path, algo: str) -> None:
+    require_algo(algo)
+    tiny = TINY_SB3 if algo == "sb3_ppo" else TINY_GROUP
+    argv = ["-n", "48", "-tb", str(tmp_path / "tb"), "--env-kwargs", "sequence_length:3", "-params", *tiny]
+    runs = [zoo(tmp_path, *argv, algo=algo) for _ in range(2)]
     params = [torch.nn.utils.parameters_to_vector(r.model.policy.parameters()) for r in runs]
     assert torch.equal(params[0], params[1])
-    monitors = [Path(r.save_path, "monitor.csv").read_text().splitlines()[2:] for r in runs]
-    assert [m.split(",")[:2] for m in monitors[0]] == [m.split(",")[:2] for m in monitors[1]]
+    curves = [
+        tb_tags(tmp_path / "tb" / ENV_DIR / f"{algo.upper()}_{k}")["rollout/task_error"] for k in (1, 2)
+    ]
+    assert len(curves[0]) >= 2 and curves[0] == curves[1]
 
 
 def test_eval_checkpoints_progress_and_hparams(tmp_path: Path) -> None:
@@ -368,7 +376,8 @@ def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str) -> 
     if key == "default":  # the default entry, on an env the file has no entry for
         data = yaml.safe_load((CONFIGS / f"{algo}.yml").read_text())
         sources = [str(write(tmp_path / f"{algo}.yml", {"default": data["default"]}))]
-        env = "TPO/TokenReversal-v0"
+        tabular = data["default"]["policy"] == "TabularPolicy"
+        env = "TPO/MultiContextBandit-v0" if tabular else "TPO/TokenReversal-v0"
     entry = yaml.safe_load((CONFIGS / f"{algo}.yml").read_text())[key]
     if algo == "sb3_ppo":
         tiny = list(TINY_SB3)

@@ -19,7 +19,6 @@ import time
 from typing import Any, ClassVar
 
 import gymnasium as gym
-import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -280,7 +279,8 @@ class GroupAlgorithm(BaseAlgorithm):
         with th.no_grad():
             frozen = self.prepare(batch)
         for epoch in range(self.n_epochs):
-            loss, stats = self.loss(batch, frozen, self.current_log_probs(batch))
+            log_probs = self.current_log_probs(batch)
+            loss, stats = self.loss(batch, frozen, log_probs)
             self.policy.optimizer.zero_grad()
             loss.backward()
             if epoch == 0:
@@ -288,8 +288,7 @@ class GroupAlgorithm(BaseAlgorithm):
                 first_stats = stats
             self.policy.optimizer.step()
         self._n_updates += self.n_epochs
-        with th.no_grad():
-            first_stats.update(self.after_update(batch))
+        first_stats["approx_kl"] = mean_kl(batch.old_log_probs, log_probs.detach())
         for key, value in first_stats.items():
             self.logger.record(f"train/{key}", float(value))
         self.logger.record("train/loss", float(loss.detach()))
@@ -300,11 +299,6 @@ class GroupAlgorithm(BaseAlgorithm):
         if isinstance(batch, Population):
             return self.policy.action_log_probs(batch.obs)
         return episode_log_probs(self.policy, batch)
-
-    def after_update(self, batch: Batch) -> dict[str, th.Tensor]:
-        """Diagnostics comparing the updated policy with the rollout snapshot (approximate KL)."""
-        log_probs = self.current_log_probs(batch)
-        return {"approx_kl": losses.approx_kl(log_probs, batch.old_log_probs)}
 
     # -------------------------------------------------------------------------- algorithm hooks
     def prepare(self, batch: Batch) -> dict[str, th.Tensor]:
@@ -430,11 +424,9 @@ def group_diagnostics(scores: th.Tensor) -> dict[str, th.Tensor]:
     }
 
 
-def mean_abs(x: th.Tensor) -> th.Tensor:
-    """Mean absolute value (the |p - q| diagnostic)."""
-    return x.abs().mean()
+def mean_kl(old_log_probs: th.Tensor, log_probs: th.Tensor) -> th.Tensor:
+    """KL(pi_old || pi_theta) over the action set, averaged over states; logged as ``train/approx_kl``.
 
-
-def as_numpy(x: th.Tensor) -> np.ndarray:
-    """Detach to numpy."""
-    return x.detach().cpu().numpy()
+    Measured at the start of the last epoch (as SB3 does), so it is 0 for one-epoch methods.
+    """
+    return (old_log_probs.exp() * (old_log_probs - log_probs)).sum(-1).mean()

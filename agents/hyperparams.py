@@ -156,17 +156,12 @@ def default_dir() -> Path:
     raise ConfigError("No hyperparameters given and no zoo_configs/ directory found; pass --hyperparams")
 
 
-def load_hyperparams(
-    sources: list[str], algo: str, env_id: str, verbose: int = 1, into: Hyperparams | None = None
-) -> Hyperparams:
-    """Merge the hyperparameters of ``algo`` on ``env_id`` from ``sources`` (see the module docstring).
-
-    ``into`` holds values of lower precedence than every source (e.g. an ablation's definition).
-    """
+def load_hyperparams(sources: list[str], algo: str, env_id: str, verbose: int = 1) -> Hyperparams:
+    """Merge the hyperparameters of ``algo`` on ``env_id`` from ``sources`` (see the module docstring)."""
     dirs, files, overrides = split_sources(sources)
     if not dirs and not files:
         dirs = [default_dir()]
-    hyper = into if into is not None else Hyperparams()
+    hyper = Hyperparams()
     for path in [d / f"{algo}.yml" for d in dirs] + files:
         if not path.is_file():
             raise ConfigError(f"No hyperparameter file for algorithm {algo!r}: {path} does not exist")

@@ -7,7 +7,7 @@ supervised cross-entropy oracle of the bandit and MNIST figures.
 
 The paper's ablations are names of their own (``tpo_no_anchor``, ``grpo_no_kl``, ...): the class of
 their parent algorithm plus the keyword arguments in :data:`ABLATIONS` that define them, so a YAML
-file or an override cannot lose the defining setting by accident.
+file or an override cannot lose (or contradict) the defining setting.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ ALGOS: dict[str, str] = {
     "sb3_ppo": "stable_baselines3:PPO",
 }
 
-#: Keyword arguments that define an ablation (applied below the YAML file and the overrides).
+#: Keyword arguments that define an ablation (always applied; a source that contradicts them is an error).
 ABLATIONS: dict[str, dict[str, Any]] = {
     "tpo_no_anchor": {"anchor": False},
     "tpo_1ep": {"n_epochs": 1},

@@ -183,9 +183,12 @@ def configure(argv: list[str]) -> RunSetup:
     if args.seed < 0:
         args.seed = int(np.random.randint(2**32 - 1, dtype="int64"))
     set_random_seed(args.seed)
-    hyper = hp.Hyperparams()
-    hyper.update(registry.ablation_kwargs(algo), f"the definition of {algo!r}")
-    hp.load_hyperparams(args.hyperparams + args.conf_file, algo, env_id, args.verbose, into=hyper)
+    hyper = hp.load_hyperparams(args.hyperparams + args.conf_file, algo, env_id, args.verbose)
+    for key, value in registry.ablation_kwargs(algo).items():  # an ablation's defining setting
+        if key in hyper.values and hyper.values[key] != value:
+            found = f"{hyper.origins[key]} sets {key}={hyper.values[key]!r}"
+            raise hp.ConfigError(f"{algo!r} is defined by {key}={value!r}, but {found}")
+        hyper.update({key: value}, f"the definition of {algo!r}")
     hp.check_keys(hyper, algo_cls, algo)
     values = hyper.values
     n_timesteps = args.n_timesteps if args.n_timesteps > 0 else int(float(values.get("n_timesteps", 0)))

@@ -345,6 +345,16 @@ def test_broken_yaml_gives_file_and_line(tmp_path: Path) -> None:
         configure(["--algo", "sb3_ppo", "--env", "TokenReversal", "-f", str(tmp_path), "-params", str(file)])
 
 
+def test_ablation_definition_is_kept(tmp_path: Path) -> None:
+    file = write(tmp_path / "a.yml", {"default": {"n_timesteps": 7, "policy": "TransformerPolicy"}})
+    argv = ["--algo", "tpo_no_anchor", "--env", "TokenReversal", "-f", str(tmp_path), "-params", str(file)]
+    assert configure(argv).values["anchor"] is False  # set although the file does not say it
+    with pytest.raises(
+        ConfigError, match=r"'tpo_no_anchor' is defined by anchor=False.*override sets anchor=True"
+    ):
+        configure([*argv, "anchor:True"])
+
+
 def test_missing_file_and_bad_value(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found: nowhere.yml"):
         configure(["--algo", "tpo", "--env", "TokenReversal", "-f", str(tmp_path), "-params", "nowhere.yml"])

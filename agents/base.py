@@ -26,7 +26,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import FloatSchedule, safe_mean
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecMonitor
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
 from agents import losses
@@ -191,6 +191,7 @@ class GroupAlgorithm(BaseAlgorithm):
             self.env_id, self.env_kwargs = env_id_and_kwargs(self.env)
         n = self._n_collect_envs()
         current = self.env
+        self._monitor = _find_monitor(current)
         if isinstance(current, SB3VecEnv) and current.num_envs == n:
             return
         vector_env = gym.make_vec(
@@ -204,7 +205,7 @@ class GroupAlgorithm(BaseAlgorithm):
     def set_env(self, env: gym.Env | VecEnv, force_reset: bool = True) -> None:
         """Point the algorithm at ``env`` (its id and kwargs); it then rebuilds its own batched env."""
         self.env_id, self.env_kwargs = env_id_and_kwargs(env)
-        self.env = None
+        self.env = env
         self._build_group_env()
         if force_reset:
             self._last_obs = None
@@ -376,6 +377,31 @@ class GroupAlgorithm(BaseAlgorithm):
         self.logger.record("rollout/success_rate", float((token_rewards.min(-1).values > 0).float().mean()))
         self.logger.record("rollout/ep_len_mean", float(token_rewards.shape[-1]))
         self._episode_num += len(batch.returns)
+        self._write_monitor(batch)
+
+    def _write_monitor(self, batch: Episodes | TokenGroups) -> None:
+        """One ``monitor.csv`` row per episode when the env given to the algorithm was a ``VecMonitor``.
+
+        The algorithm collects from its own batched env, so it writes the rows the monitor would have:
+        ``r, l, t`` plus the monitor's info keywords ``is_success`` and ``token_error``.
+        """
+        writer = getattr(getattr(self, "_monitor", None), "results_writer", None)
+        if writer is None:
+            return
+        token_rewards = batch.token_rewards.cpu().numpy()
+        extra = {"is_success": token_rewards.min(-1) > 0, "token_error": 1 - token_rewards.mean(-1)}
+        elapsed = round(time.time() - self._monitor.t_start, 6)
+        rows = [
+            {
+                "r": round(float(r), 6),
+                "l": token_rewards.shape[-1],
+                "t": elapsed,
+                **{key: extra[key][i] if key in extra else "" for key in self._monitor.info_keywords},
+            }
+            for i, r in enumerate(batch.returns.cpu().numpy())
+        ]
+        writer.logger.writerows(rows)
+        writer.file_handler.flush()
 
     def _dump_logs(self, iteration: int) -> None:
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
@@ -389,7 +415,7 @@ class GroupAlgorithm(BaseAlgorithm):
         self.logger.dump(step=self.num_timesteps)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "lr_schedule"]
+        return [*super()._excluded_save_params(), "lr_schedule", "_monitor"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
@@ -403,6 +429,15 @@ class _ScaledSchedule:
 
     def __call__(self, progress_remaining: float) -> float:
         return self.scale * self.base(progress_remaining)
+
+
+def _find_monitor(env: Any) -> VecMonitor | None:
+    """The ``VecMonitor`` in a chain of VecEnv wrappers, if any."""
+    while isinstance(env, VecEnvWrapper):
+        if isinstance(env, VecMonitor):
+            return env
+        env = env.venv
+    return None
 
 
 def _global_grad_norm(parameters: Any) -> float:

@@ -4,7 +4,6 @@ run folder and TensorBoard output, resuming, interruption, errors, and every zoo
 from __future__ import annotations
 
 import glob
-import importlib
 import os
 import subprocess
 import sys
@@ -32,17 +31,6 @@ TINY_SB3 = ["n_envs:2", "n_steps:8", "batch_size:16", "n_epochs:1"]
 #: Tiny sizes for the grouped algorithms: B = 4 contexts, K = 2.
 TINY_GROUP = ["batch_size:4", "group_size:2"]
 TINY_ENV = {"token": ["sequence_length:3"], "bandit": ["n_arms:4"], "multi": ["n_contexts:5", "n_arms:4"]}
-
-
-def require_algo(algo: str) -> None:
-    """Skip while the integrator's module of ``algo`` does not exist yet (remove once all landed)."""
-    module = registry.algo_module(algo)
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        if err.name is not None and module.startswith(err.name):
-            pytest.skip(f"{module} not written yet")
-        raise
 
 
 def zoo(tmp_path: Path, *argv: str, algo: str = "sb3_ppo", env: str = "TokenReversal"):
@@ -76,7 +64,6 @@ def write(path: Path, data: dict) -> Path:
 @pytest.mark.parametrize("algo", ["tpo", "sb3_ppo"])
 def test_exact_command(tmp_path: Path, algo: str) -> None:
     """``python train.py --algo tpo --env TokenReversal --hyperparams zoo_configs/`` with a tiny -n."""
-    require_algo(algo)
     cmd = [
         sys.executable,
         "train.py",
@@ -95,7 +82,10 @@ def test_exact_command(tmp_path: Path, algo: str) -> None:
     run = tmp_path / "logs" / algo / f"{ENV_DIR}_1"
     for name in (f"{ENV_DIR}.zip", f"{ENV_DIR}/config.yml", f"{ENV_DIR}/args.yml", f"{ENV_DIR}/command.txt"):
         assert (run / name).is_file(), name
-    assert glob.glob(str(run / "*monitor.csv"))
+    (monitor,) = glob.glob(str(run / "*monitor.csv"))
+    rows = Path(monitor).read_text().splitlines()
+    assert '"env_id": "TPO/TokenReversal-v0"' in rows[0] and rows[1].startswith("r,l,t")
+    assert len(rows) > 2, "one row per finished episode"
     model = registry.get_algo(algo).load(run / f"{ENV_DIR}.zip", device="cpu")
     assert model.num_timesteps >= 1
     args = yaml.safe_load((run / ENV_DIR / "args.yml").read_text())
@@ -190,7 +180,6 @@ def test_run_folders_count_up_and_seed_is_recorded(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("algo", ["sb3_ppo", "tpo"])
 def test_same_seed_same_curve(tmp_path: Path, algo: str) -> None:
-    require_algo(algo)
     tiny = TINY_SB3 if algo == "sb3_ppo" else TINY_GROUP
     argv = ["-n", "48", "-tb", str(tmp_path / "tb"), "--env-kwargs", "sequence_length:3", "-params", *tiny]
     runs = [zoo(tmp_path, *argv, algo=algo) for _ in range(2)]
@@ -224,7 +213,6 @@ def test_eval_checkpoints_progress_and_hparams(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------- resume, interrupt
 @pytest.mark.parametrize("algo", ["sb3_ppo", "tpo"])
 def test_continue_training_keeps_step_counter(tmp_path: Path, algo: str) -> None:
-    require_algo(algo)
     tiny = [*TINY_SB3] if algo == "sb3_ppo" else [*TINY_GROUP]
     extra = ["-tb", str(tmp_path / "tb"), "--env-kwargs", "sequence_length:3"]
     first = zoo(tmp_path, "-n", "16", *extra, "-params", *tiny, algo=algo)
@@ -380,7 +368,6 @@ def test_every_config_file_is_a_registered_algo() -> None:
 @pytest.mark.parametrize(("algo", "key"), config_entries())
 def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str) -> None:
     """Each env x algorithm entry of zoo_configs trains one tiny update."""
-    require_algo(algo)
     sources = [str(CONFIGS)]
     env = key
     if key == "default":  # the default entry, on an env the file has no entry for

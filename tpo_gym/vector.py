@@ -351,6 +351,11 @@ def _define_sb3_vec_env() -> type:
             super().__init__(vector_env.num_envs, vector_env.single_observation_space,
                              vector_env.single_action_space)
 
+        @property
+        def spec(self) -> Any:
+            """The vector env's ``EnvSpec`` (VecMonitor writes its id in the monitor header)."""
+            return self.vector_env.spec
+
         def seed(self, seed: int | None = None) -> list[int | None]:
             """Seed the batch generator at the next ``reset`` (``None``: continue the stream)."""
             self._seeds = [seed] * self.num_envs

@@ -333,17 +333,23 @@ class GroupAlgorithm(BaseAlgorithm):
         return self._action_set_groups(batch, log_probs)
 
     def _action_set_groups(self, batch: Episodes, log_probs: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-        unique, inverse = th.unique(batch.contexts, return_inverse=True)
-        n_actions = log_probs.shape[-1]
+        """Single mode: each sample scores its action set with s = A * onehot(a) (spec 2.5).
+
+        On a tabular env (a Discrete context index) the samples of one context form one group whose
+        scores are their mean, S_k = (1/n_c) sum_i A_i 1[a_i = k] (spec 2.6); elsewhere (MNIST) every
+        sample is its own group, even if two samples drew the same image.
+        """
         first_logp = log_probs[:, 0]
         rewards = batch.token_rewards.sum(-1)
         advantages = rewards - self.baseline_values(batch, rewards)
-        per_sample = losses.onehot_scores(batch.actions[:, 0], advantages, n_actions)
-        scores = th.zeros(len(unique), n_actions, device=per_sample.device).index_add_(0, inverse, per_sample)
-        counts = th.zeros(len(unique), device=per_sample.device).index_add_(0, inverse, th.ones_like(rewards))
-        first = th.full((len(unique),), len(inverse), device=inverse.device).scatter_reduce_(
-            0, inverse, th.arange(len(inverse), device=inverse.device), reduce="amin"
-        )
+        per_sample = losses.onehot_scores(batch.actions[:, 0], advantages, first_logp.shape[-1])
+        if self.n_tabular_contexts() is None:
+            return first_logp, per_sample
+        unique, inverse = th.unique(batch.contexts, return_inverse=True)
+        scores = per_sample.new_zeros(len(unique), per_sample.shape[-1]).index_add_(0, inverse, per_sample)
+        counts = rewards.new_zeros(len(unique)).index_add_(0, inverse, th.ones_like(rewards))
+        arange = th.arange(len(inverse), device=inverse.device)
+        first = th.full_like(unique, len(inverse)).scatter_reduce_(0, inverse, arange, reduce="amin")
         return first_logp[first], scores / counts.unsqueeze(-1)
 
     def sample_view(self, batch: Episodes, log_probs: th.Tensor) -> tuple[th.Tensor, th.Tensor]:

@@ -11,7 +11,7 @@ import torch as th
 from stable_baselines3.common.logger import configure
 
 import tpo_gym  # noqa: F401
-from agents import DG, GRPO, PG, PPO, TPO, GroupPG
+from agents import DG, GRPO, PG, PPO, TPO, GroupPG, losses
 from agents.rollout import Population
 
 th.set_num_threads(1)
@@ -235,3 +235,46 @@ class _NoCallback:
 
     def on_step(self):
         return True
+
+
+def _single_batch(contexts: list[int], actions: list[int], rewards: list[float], n_actions: int):
+    from agents.rollout import Episodes
+
+    n = len(contexts)
+    return Episodes(
+        obs=th.zeros(n, 1, dtype=th.long),
+        actions=th.tensor(actions).reshape(n, 1),
+        old_log_probs=th.full((n, 1, n_actions), -math.log(n_actions)),
+        token_rewards=th.tensor(rewards).reshape(n, 1),
+        returns=th.tensor(rewards),
+        contexts=th.tensor(contexts),
+        n_contexts=n,
+        group_size=1,
+    )
+
+
+def test_single_mode_tabular_groups_average_the_onehot_scores():
+    """Tabular single context (spec 2.6): S_k = (1/B) sum_i (r_i - 0.5) 1[a_i = k] over one group."""
+    env = gym.make("TPO/KArmedBandit-v0", n_arms=4)
+    model = TPO("TabularPolicy", env, batch_size=4, group_mode="single", baseline=0.5, learning_rate=0.1)
+    batch = _single_batch([0, 0, 0, 0], [0, 1, 1, 3], [1.0, 0.0, 0.0, 0.0], 4)
+    logscores, scores = model.group_view(batch, batch.old_log_probs)
+    assert logscores.shape == (1, 4)
+    assert th.allclose(scores, th.tensor([[0.5, -1.0, 0.0, -0.5]]) / 4)
+
+
+def test_single_mode_mnist_groups_are_per_sample():
+    """MNIST (spec 2.5): one group per image, u = (+3, -1/3, ...) or (-3, +1/3, ...)."""
+    pytest.importorskip("tpo_gym.data")
+    try:
+        env = gym.make("TPO/MNISTBandit-v0")
+    except FileNotFoundError:
+        pytest.skip("no MNIST data")
+    model = TPO("MlpPolicy", env, batch_size=3, group_mode="single", baseline="expected", n_epochs=1)
+    batch = _single_batch([7, 7, 9], [2, 5, 0], [1.0, 0.0, 0.0], 10)
+    with th.no_grad():
+        frozen = model.prepare(batch)
+    u = losses.standardize(frozen["scores"])
+    assert u.shape == (3, 10)
+    assert u[0, 2].item() == pytest.approx(3.0) and u[0, 0].item() == pytest.approx(-1 / 3)
+    assert u[1, 5].item() == pytest.approx(-3.0) and u[1, 0].item() == pytest.approx(1 / 3)

@@ -1,0 +1,119 @@
+"""What an experiment is: a table of runs (variant x algorithm), each run an agent of ``agents/`` on a
+``tpo_gym`` env, repeated over seeds; and where each seed's curves live on disk.
+
+A ``RunSpec`` names the algorithm by its zoo name (``agents.registry``: ``tpo``, ``grpo_no_kl``,
+``tpo_no_anchor``, ...; an ablation's defining keyword arguments come from the registry), the env id
+and its kwargs, the constructor keyword arguments and the number of updates. Per-seed curves are
+written to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` atomically, with the run's spec in
+``meta``; a seed whose file exists with the same spec is finished and never rerun.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One (variant, algorithm) cell of an experiment; ``seed`` is added per run."""
+
+    algo: str
+    env_id: str
+    env_kwargs: dict[str, Any]
+    policy: str
+    kwargs: dict[str, Any]
+    n_updates: int
+    recorder: str = "curves"
+    recorder_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that defines the run (stored with each seed)."""
+        text = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    def with_updates(self, n_updates: int) -> RunSpec:
+        """The same run with another number of updates."""
+        return replace(self, n_updates=n_updates)
+
+
+@dataclass(frozen=True)
+class Size:
+    """Seeds and updates (episodes or steps) of one size of an experiment."""
+
+    seeds: int
+    updates: int
+
+
+Grid = dict[str, dict[str, RunSpec]]
+"""variant -> algorithm -> run."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An experiment of the paper: ``build(size, smoke)`` returns its grid of runs.
+
+    :param name: the CLI name (``python -m experiments.run <name>``)
+    :param paper: what it reproduces (table / figure / section)
+    :param full: the paper's size; ``smoke``: a few minutes on 2 CPU cores
+    :param build: ``(updates, smoke) -> Grid``
+    :param metric: the curve of the headline table and figure (``update/error`` or ``eval/error``)
+    :param threshold: the "steps to X" threshold (a fraction), None for none
+    :param panels: extra curves drawn as further figure rows (e.g. ``update/misalignment``)
+    :param log_panels: which of the figure rows use a log y-axis
+    """
+
+    name: str
+    paper: str
+    full: Size
+    smoke: Size
+    build: Callable[[int, bool], Grid]
+    metric: str = "update/error"
+    threshold: float | None = 0.01
+    panels: tuple[str, ...] = ()
+    log_panels: tuple[bool, ...] = ()
+    notes: str = ""
+
+
+def seed_path(out: str | os.PathLike[str], experiment: str, variant: str, algo: str, seed: int) -> Path:
+    """``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz``."""
+    return Path(out) / experiment / variant / algo / f"seed_{seed}.npz"
+
+
+def save_seed(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """Write the curves and ``meta`` (as JSON) to ``path`` through a temp file and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, meta=np.array(json.dumps(meta, default=str)), **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_seed(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The curves and meta of one seed file."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {key: data[key] for key in data.files if key != "meta"}
+        meta = json.loads(str(data["meta"]))
+    return arrays, meta
+
+
+def is_finished(path: Path, spec: RunSpec) -> bool:
+    """True if ``path`` holds a finished seed of exactly ``spec``."""
+    if not path.exists():
+        return False
+    try:
+        return load_seed(path)[1].get("fingerprint") == spec.fingerprint()
+    except (OSError, ValueError, KeyError):
+        return False

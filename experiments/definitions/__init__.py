@@ -1,0 +1,23 @@
+"""The table of experiments: name -> ``Experiment`` (one small module per paper section)."""
+
+from __future__ import annotations
+
+from experiments.core import Experiment
+from experiments.definitions.mnist import MNIST
+from experiments.definitions.sparse import DIAGNOSTICS, EPOCH_SWEEP, K_SWEEP, MASKING
+from experiments.definitions.tabular import TABULAR_MULTI, TABULAR_SINGLE
+from experiments.definitions.terminal import ABLATIONS, TERMINAL
+from experiments.definitions.tokens import ETA_SWEEP, VARIATIONS, VOCAB_SWEEP
+
+EXPERIMENTS: dict[str, Experiment] = {
+    e.name: e
+    for e in (TABULAR_SINGLE, TABULAR_MULTI, MNIST, VOCAB_SWEEP, VARIATIONS, TERMINAL, ABLATIONS,
+              K_SWEEP, EPOCH_SWEEP, MASKING, DIAGNOSTICS, ETA_SWEEP)
+}
+
+
+def get_experiment(name: str) -> Experiment:
+    """The experiment called ``name``; an unknown name lists the choices."""
+    if name not in EXPERIMENTS:
+        raise KeyError(f"unknown experiment {name!r}; choose one of: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name]

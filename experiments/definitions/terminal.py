@@ -1,0 +1,46 @@
+"""Terminal (exact-match) reward (paper Sections 3.6-3.7, Table 3, Figs. 8-9; spec 2.2, 5, 9).
+
+Reverse copy, V = 2, B = 100 prompts, K = 8 full completions per prompt for the grouped methods
+(sequence-level TPO, GRPO, GRPO without KL, TPO without anchor, Group PG), one completion for PPO/DG;
+2,000 episodes, 20 seeds. Metric: exact-match error of the training batch (all K completions count).
+
+* ``terminal`` (Table 3, Fig. 8): H in {7, 8, 9, 10}, prompt-matched and interaction-matched (PPO/DG
+  with B*K = 800 prompts and lr x sqrt(8); the grouped methods are unchanged, spec 5, so their
+  interaction-matched cells are the prompt-matched runs).
+* ``ablations`` (Section 3.7, Fig. 9): TPO, TPO-no-anchor, Group PG, GRPO, GRPO (no KL) at H in {7, 8, 10}.
+"""
+
+from __future__ import annotations
+
+from experiments.core import Experiment, Grid, Size
+from experiments.definitions.tokens import SINGLE_SAMPLE, token_run
+
+TERMINAL_ALGOS = ("ppo", "dg", "tpo", "grpo", "grpo_no_kl")
+ABLATION_ALGOS = ("tpo", "tpo_no_anchor", "group_pg", "grpo", "grpo_no_kl")
+
+
+def build_terminal(updates: int, smoke: bool) -> Grid:
+    """Prompt-matched: all five methods; interaction-matched: PPO and DG (smoke: H = 7 only)."""
+    grid: Grid = {}
+    for H in (7,) if smoke else (7, 8, 9, 10):
+        grid[f"prompts/H{H}"] = {a: token_run(a, updates, reward="terminal", H=H) for a in TERMINAL_ALGOS}
+        grid[f"interactions/H{H}"] = {a: token_run(a, updates, reward="terminal", H=H, match="interactions")
+                                      for a in SINGLE_SAMPLE}
+    return grid
+
+
+def build_ablations(updates: int, smoke: bool) -> Grid:
+    """The five grouped variants at each H (smoke: H = 7 only)."""
+    return {f"H{H}": {a: token_run(a, updates, reward="terminal", H=H) for a in ABLATION_ALGOS}
+            for H in ((7,) if smoke else (7, 8, 10))}
+
+
+TERMINAL = Experiment(
+    name="terminal", paper="Table 3, Fig. 8 (Section 3.6)", full=Size(20, 2000), smoke=Size(2, 20),
+    build=build_terminal, threshold=0.05, log_panels=(False,),
+    notes="exact-match error; interaction-matched grouped cells = the prompt-matched runs (spec 5).",
+)
+ABLATIONS = Experiment(
+    name="ablations", paper="Section 3.7, Fig. 9", full=Size(20, 2000), smoke=Size(2, 20),
+    build=build_ablations, threshold=0.05, log_panels=(False,),
+)

@@ -1,0 +1,301 @@
+"""``python -m experiments.report <experiment> [--smoke] [--out results/] [--figures docs/figures/]``:
+the paper's figure (seed mean +- s.e., log-scale error) as a PNG and its table, ours beside the paper's.
+
+"Final" is the seed mean of the last single point and "steps to X%" the first x at which the seed-mean
+curve is below X% (spec 3.4, 9; ``experiments.metrics``). The table is printed as Markdown and saved
+with the figure as ``<figures>/<experiment>[_smoke].{png,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.core import Experiment, load_seed
+from experiments.definitions import EXPERIMENTS, get_experiment
+from experiments.metrics import final, seed_mean_se, steps_to
+from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
+
+MNIST_CHECKPOINT = 2000
+"""Fig. 5b's checkpoint label (the evaluation after 2,200 steps, spec 4.4)."""
+MECHANISM_ORDER = ("pg", "group_pg", "grpo", "dg", "tpo")
+
+
+@dataclass
+class Runs:
+    """All seeds of one (variant, algorithm): ``arrays[key]`` is [n_seeds, ...]."""
+
+    seeds: list[int]
+    arrays: dict[str, np.ndarray]
+    meta: list[dict[str, Any]] = field(default_factory=list)
+    shared_from: str | None = None
+
+    def x(self, key: str) -> np.ndarray:
+        """The x values of curve ``key``: evaluation labels for ``eval/`` curves, else 0-based updates."""
+        if key.startswith("eval/"):
+            return self.arrays["eval/x"][0]
+        return np.arange(self.arrays[key].shape[1])
+
+    @property
+    def label(self) -> str:
+        """Algorithm name with its grouping mode (e.g. ``tpo (token)``)."""
+        spec = self.meta[0]["spec"]
+        mode = spec["kwargs"].get("group_mode", "")
+        return f"{spec['algo']} ({mode})" if mode in ("token", "sequence") else spec["algo"]
+
+
+def load_runs(out: str | Path, experiment: str) -> dict[str, dict[str, Runs]]:
+    """``variant -> algo -> Runs`` of every seed file under ``<out>/<experiment>``.
+
+    If a cell holds seeds of different settings, only those of the most common setting are kept.
+    """
+    root = Path(out) / experiment
+    cells: dict[tuple[str, str], list[tuple[int, dict, dict]]] = {}
+    for path in sorted(root.glob("**/seed_*.npz")):
+        arrays, meta = load_seed(path)
+        variant = str(path.parent.parent.relative_to(root))
+        cells.setdefault((variant, path.parent.name), []).append((meta["seed"], arrays, meta))
+    result: dict[str, dict[str, Runs]] = {}
+    for (variant, algo), seeds in cells.items():
+        common, _ = Counter(m["fingerprint"] for _, _, m in seeds).most_common(1)[0]
+        seeds = sorted((s for s in seeds if s[2]["fingerprint"] == common), key=lambda s: s[0])
+        keys = set.intersection(*(set(a) for _, a, _ in seeds))
+        arrays = {k: np.stack([a[k] for _, a, _ in seeds]) for k in sorted(keys)}
+        metas = [m for _, _, m in seeds]
+        result.setdefault(variant, {})[algo] = Runs([s for s, _, _ in seeds], arrays, metas)
+    _share_grouped_runs(result)
+    return result
+
+
+def _share_grouped_runs(runs: dict[str, dict[str, Runs]]) -> None:
+    """Interaction matching leaves the grouped methods unchanged (spec 5): show their prompt-matched runs."""
+    for variant, cell in runs.items():
+        if variant.startswith("interactions/"):
+            twin = "prompts/" + variant.split("/", 1)[1]
+            for algo, other in runs.get(twin, {}).items():
+                if algo not in cell:
+                    cell[algo] = Runs(other.seeds, other.arrays, other.meta, shared_from=twin)
+
+
+def _ordered(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[tuple[str, str]]:
+    grid = experiment.build(experiment.full.updates, False)
+    order = [(v, a) for v, cell in grid.items() for a in cell]
+    found = [(v, a) for v, cell in runs.items() for a in cell]
+    return [c for c in order if c in found] + sorted(c for c in found if c not in order)
+
+
+# ------------------------------------------------------------------------------------------- numbers
+def fmt(value: Any, percent: bool) -> str:
+    """A number as the tables print it (percent for token tasks and MNIST, scientific for tabular)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return "never" if value == NEVER else value
+    if percent:
+        return f"{100 * value:.2f}%"
+    return f"{value:.2e}"
+
+
+def fmt_steps(value: Any) -> str:
+    """A "steps to X" value: an integer, "never", or blank."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else f"{int(value)}"
+
+
+def summarize(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[dict[str, Any]]:
+    """One row per (variant, algorithm): ours (final, s.e., steps to X) and the paper's numbers."""
+    rows = []
+    for variant, algo in _ordered(experiment, runs):
+        r = runs[variant][algo]
+        curves = r.arrays[experiment.metric]
+        mean, se = final(curves)
+        row = {"variant": variant, "algo": algo, "label": r.label, "seeds": len(r.seeds),
+               "updates": int(r.meta[0]["spec"]["n_updates"]), "final": mean, "final_se": se,
+               "wall_s_per_seed": float(np.mean([m["wall_s"] for m in r.meta])),
+               "shared_from": r.shared_from, "paper": paper_cell(experiment.name, variant, algo)}
+        if experiment.threshold is not None:
+            step = steps_to(curves, experiment.threshold, r.x(experiment.metric))
+            row["steps"] = NEVER if step is None else int(step)
+        if "update/misalignment" in r.arrays:
+            row["misalignment"], row["misalignment_se"] = final(r.arrays["update/misalignment"])
+        rows.append(row)
+    return rows
+
+
+def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
+    """The table of ``summarize`` as Markdown."""
+    percent = not experiment.name.startswith("tabular")
+    pct = f"{100 * experiment.threshold:g}%" if experiment.threshold is not None else ""
+    head = ["variant", "method", "seeds", "updates", "final (ours)", "final (paper)", "final (ref. code)"]
+    if experiment.threshold is not None:
+        head += [f"steps to {pct} (ours)", "(paper)", "(ref. code)"]
+    tabular = any("misalignment" in row for row in rows)
+    if tabular:
+        head += ["misalignment (ours)", "(ref. code)"]
+    head.append("s / seed")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        paper = row["paper"]
+        method = row["label"] + (" (= prompt-matched run)" if row["shared_from"] else "")
+        cells = [row["variant"], method, str(row["seeds"]), str(row["updates"]),
+                 f"{fmt(row['final'], percent)} ± {fmt(row['final_se'], percent)}",
+                 fmt(paper.get("final"), percent), fmt(paper.get("ref_final"), percent)]
+        if experiment.threshold is not None:
+            cells += [fmt_steps(row["steps"]), fmt_steps(paper.get("steps")),
+                      fmt_steps(paper.get("ref_steps"))]
+        if tabular:
+            cells += [f"{row['misalignment']:.2e} ± {row['misalignment_se']:.1e}",
+                      fmt(paper.get("ref_misalignment"), False)]
+        cells.append(f"{row['wall_s_per_seed']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def mnist_mechanism(runs: dict[str, dict[str, Runs]], checkpoint: int = MNIST_CHECKPOINT
+                    ) -> dict[str, dict[str, Any]]:
+    """Fig. 5b: per-bin surplus at the evaluation labelled closest to ``checkpoint``, averaged over the
+    seeds whose bin is non-empty, with mean counts (spec 4.4)."""
+    out = {}
+    for cell in runs.values():
+        for algo in [a for a in MECHANISM_ORDER if a in cell]:
+            r = cell[algo]
+            if "eval/mechanism_surplus" not in r.arrays:
+                continue
+            x = r.x("eval/error")
+            index = int(np.argmin(np.abs(x - checkpoint)))
+            surplus = r.arrays["eval/mechanism_surplus"][:, index]  # [seeds, 4]
+            with np.errstate(invalid="ignore"):
+                mean = np.nanmean(surplus, axis=0) if np.isfinite(surplus).any() else surplus[0]
+            out[algo] = {"label": float(x[index]), "surplus": [float(v) for v in mean],
+                         "counts": r.arrays["eval/mechanism_counts"][:, index].mean(0).tolist()}
+    return out
+
+
+def mechanism_table(mechanism: dict[str, dict[str, Any]]) -> str:
+    """Fig. 5b as a Markdown table, ours beside the paper's and the reference code's."""
+    bins = ["[0, .25)", "[.25, .5)", "[.5, .75)", "[.75, 1]"]
+    lines = ["| method | label | " + " | ".join(f"surplus {b}" for b in bins)
+             + " | top bin (paper) | top bin (ref. code) | mean misclassified per bin |",
+             "|" + "---|" * 9]
+    for algo, m in mechanism.items():
+        values = " | ".join("n/a" if math.isnan(v) else f"{v:+.4f}" for v in m["surplus"])
+        ref = MNIST_SURPLUS.get(algo, {})
+        paper_top = ref.get("paper", ("",) * 4)[3]
+        ref_top = ref.get("ref", ("",) * 4)[3]
+        counts = " / ".join(f"{c:.0f}" for c in m["counts"])
+        lines.append(f"| {algo} | {m['label']:.0f} | {values} | {paper_top} | {ref_top} | {counts} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- figures
+COLORS = {"tpo": "C3", "grpo": "C1", "dg": "C0", "ppo": "C2", "pg": "C2", "ce": "k", "group_pg": "C4",
+          "grpo_no_kl": "C5", "tpo_no_anchor": "C6", "tpo_1ep": "C9", "grpo_masked": "C8"}
+
+
+def _panel(ax: Any, runs: dict[str, Runs], algos: list[str], key: str, log: bool, title: str) -> None:
+    for algo in algos:
+        r = runs.get(algo)
+        if r is None or key not in r.arrays:
+            continue
+        mean, se = seed_mean_se(r.arrays[key])
+        x = r.x(key)
+        color = COLORS.get(algo)
+        ax.plot(x, mean, label=r.label, lw=1.3, color=color)
+        ax.fill_between(x, mean - se, mean + se, color=color, alpha=0.2, lw=0)
+    if log:
+        ax.set_yscale("log", nonpositive="mask")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("step" if key.startswith("eval/") else "update (episode / step)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3, which="both", lw=0.4)
+
+
+def draw(experiment: Experiment, runs: dict[str, dict[str, Runs]], path: Path,
+         mechanism: dict[str, dict[str, Any]] | None = None) -> None:
+    """The figure: one panel per (curve, variant), seed mean +- s.e.; MNIST adds Fig. 5b's bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = (experiment.metric, *experiment.panels)
+    logs = experiment.log_panels + (False,) * len(keys)
+    order = _ordered(experiment, runs)
+    variants = list(dict.fromkeys(v for v, _ in order))
+    algos = list(dict.fromkeys(a for _, a in order))
+    panels = [(k, log, v) for k, log in zip(keys, logs, strict=False) for v in variants]
+    n = len(panels) + (1 if mechanism else 0)
+    cols = min(4, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    flat = axes.ravel()
+    for ax, (key, log, variant) in zip(flat, panels, strict=False):
+        _panel(ax, runs[variant], algos, key, log, f"{variant}: {key.split('/', 1)[1]}")
+    if mechanism:
+        ax = flat[len(panels)]
+        width = 0.8 / len(mechanism)
+        for i, (algo, m) in enumerate(mechanism.items()):
+            ax.bar(np.arange(4) + i * width, np.nan_to_num(m["surplus"]), width, label=algo,
+                   color=COLORS.get(algo))
+        ax.set_xticks(np.arange(4) + 0.4 - width / 2, ["<.25", ".25-.5", ".5-.75", ">=.75"], fontsize=7)
+        ax.set_title(f"surplus by concentration, label {next(iter(mechanism.values()))['label']:.0f}",
+                     fontsize=9)
+        ax.axhline(0, color="k", lw=0.5)
+        ax.legend(fontsize=6)
+    for ax in flat[n:]:
+        ax.axis("off")
+    flat[0].legend(fontsize=6)
+    fig.suptitle(f"{experiment.paper}: seed mean ± s.e.", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------- main
+def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False) -> str:
+    """Draw the figure, write the summary JSON and return the Markdown tables of ``name``."""
+    experiment = get_experiment(name)
+    runs = load_runs(out, name)
+    if not runs:
+        return f"no results for {name} under {out}"
+    stem = Path(figures) / f"{name}{'_smoke' if smoke else ''}"
+    rows = summarize(experiment, runs)
+    mechanism = mnist_mechanism(runs, 80 if smoke else MNIST_CHECKPOINT) if name == "mnist" else None
+    draw(experiment, runs, stem.with_suffix(".png"), mechanism)
+    text = f"### {name}: {experiment.paper}\n\n{markdown_table(experiment, rows)}\n"
+    if mechanism:
+        text += f"\n{mechanism_table(mechanism)}\n"
+    summary = {"experiment": name, "paper": experiment.paper, "smoke": smoke, "rows": rows,
+               "mechanism": mechanism}
+    stem.with_suffix(".json").write_text(json.dumps(summary, indent=1, default=str))
+    return text + f"\nfigure: {stem.with_suffix('.png')}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Report one experiment (or ``all``)."""
+    parser = argparse.ArgumentParser(prog="python -m experiments.report",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
+    parser.add_argument("--smoke", action="store_true", help="report the smoke results (results/smoke)")
+    parser.add_argument("--out", help="results folder (default results/, or results/smoke with --smoke)")
+    parser.add_argument("--figures", default="docs/figures", help="where the PNG and JSON go")
+    args = parser.parse_args(argv)
+    out = args.out or ("results/smoke" if args.smoke else "results")
+    names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    for name in names:
+        print(report(name, out, args.figures, args.smoke))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The experiment runner, the report's statistics and the recorders' metrics (experiments/)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch as th
+
+from experiments.core import load_seed, seed_path
+from experiments.definitions import get_experiment
+from experiments.metrics import final, mechanism, misalignment, seed_mean_se, steps_to
+from experiments.recorders import MNISTRecorder, TabularMultiRecorder, TabularSingleRecorder
+from experiments.report import load_runs, markdown_table, report, summarize
+from experiments.runner import build_model, plan, run_tasks
+
+# ------------------------------------------------------------------------------- report statistics
+
+
+def test_steps_to_is_first_x_with_seed_mean_strictly_below_threshold():
+    curves = np.array([[1.0, 0.5, 0.25, 0.375, 0.0], [1.0, 0.0, 0.25, 0.125, 0.0]])
+    # seed means 1, 0.25, 0.25, 0.25, 0: a mean equal to the threshold is not below it
+    assert steps_to(curves, 0.25) == 4
+    assert steps_to(curves, 0.3) == 1
+    assert steps_to(curves, 0.25, x=np.array([0, 200, 400, 600, 800])) == 800  # MNIST labels
+    assert steps_to(curves, 0.0) is None  # "never"
+
+
+def test_final_is_seed_mean_of_last_point_with_population_se():
+    curves = np.array([[0.9, 0.2, 0.011], [0.9, 0.1, 0.009], [0.9, 0.3, 0.013]])
+    mean, se = final(curves)
+    assert mean == pytest.approx(0.011)
+    assert se == pytest.approx(np.std([0.011, 0.009, 0.013]) / math.sqrt(3))
+    m, s = seed_mean_se(curves)
+    assert m[1] == pytest.approx(0.2) and s[0] == 0.0
+
+
+def test_misalignment_matches_the_reference_formula():
+    assert misalignment(np.array([1.0, 0.0]), np.array([1.0, 1.0])) == pytest.approx(1 - 1 / math.sqrt(2))
+    assert misalignment(np.array([[2.0, 0.0]]), np.array([3.0, 0.0])) == pytest.approx(0.0, abs=1e-12)
+    assert misalignment(np.zeros(3), np.ones(3)) == pytest.approx(1.0)
+
+
+def test_mechanism_surplus_vanishes_for_one_vs_rest_methods_and_symmetric_errors():
+    probs = np.array([[0.05] + [0.95 / 9] * 9,  # symmetric wrong classes: concentration 1/9
+                      [0.1, 0.8] + [0.1 / 8] * 8])  # one confusing class: concentration 0.89
+    labels = np.array([0, 0])
+    for algo in ("pg", "group_pg"):
+        surplus = np.nan_to_num(mechanism(probs, labels, algo)["surplus"])
+        assert surplus == pytest.approx(np.zeros(4), abs=1e-12)
+    tpo = mechanism(probs, labels, "tpo")
+    assert tpo["counts"].tolist() == [1, 0, 0, 1]
+    assert tpo["surplus"][0] == pytest.approx(0.0, abs=1e-12)  # symmetric: exact = scalar surrogate
+    assert tpo["surplus"][3] > 0.01  # concentrated error mass: TPO's class-specific update helps
+    assert mechanism(probs, labels, "dg")["surplus"][0] == pytest.approx(0.0, abs=1e-12)
+    assert np.isnan(mechanism(probs, labels, "grpo")["surplus"]).all()
+    assert mechanism(probs[:1] * 0 + np.eye(10)[0], labels[:1], "tpo")["counts"].sum() == 0  # correct
+
+
+# ------------------------------------------------------------------------------- recorders
+
+
+def _learn(model, recorder):
+    model.learn(2**62, callback=recorder, log_interval=0)
+    return recorder.arrays()
+
+
+def test_tabular_multi_step_matches_the_normalised_step_by_hand():
+    spec = get_experiment("tabular_multi").build(1, True)["N100_K10"]["pg"]
+    spec = replace(spec, env_kwargs={"n_contexts": 3, "n_arms": 4})
+    model = build_model(spec, seed=0)
+    z = th.tensor([[0.0, 1.0, -1.0, 0.5], [2.0, 0.0, 0.0, 0.0], [-1.0, 0.3, 0.2, 0.1]])
+    with th.no_grad():
+        model.policy.logits.copy_(z)
+    arrays = _learn(model, TabularMultiRecorder(1))
+    pi = th.softmax(z.double(), -1).numpy()
+    v = np.eye(4)[[0, 0, 0]] - pi
+    g = pi[:, :1] * v  # PG's exact ascent direction p_n (e_0 - pi_n)
+    z_after = z.double().numpy() + 0.1 * g / np.sqrt((g**2).sum())
+    pi_after = np.exp(z_after) / np.exp(z_after).sum(1, keepdims=True)
+    assert arrays["update/error"][0] == pytest.approx(1 - pi_after[:, 0].mean(), abs=1e-6)
+    expected = 1 - (g * v).sum() / np.sqrt((g**2).sum() * (v**2).sum())
+    assert arrays["update/misalignment"][0] == pytest.approx(expected, abs=1e-5)
+    assert arrays["update/batch_error"][0] == pytest.approx(1 - pi[:, 0].mean(), abs=1e-6)
+
+
+def test_tabular_single_error_before_update_and_misalignment_of_the_step():
+    spec = get_experiment("tabular_single").build(2, True)["K100"]["tpo"]
+    model = build_model(spec, seed=3)
+    recorder = TabularSingleRecorder(2)
+    tables = []
+    recorder.before_update = _wrap(recorder.before_update, lambda: tables.append(model.policy.logits.detach()
+                                                                                 .double().clone()))
+    arrays = _learn(model, recorder)
+    assert len(arrays["update/error"]) == 2
+    assert arrays["update/error"][0] == pytest.approx(0.99)  # uniform over 100 arms, before the first update
+    z0, z1 = tables[0][0].numpy(), tables[1][0].numpy()
+    pi = np.full(100, 0.01)
+    assert np.linalg.norm(z1 - z0) == pytest.approx(0.1, rel=1e-5)  # normalised step, alpha = 0.1
+    oracle = 0.01 * (np.eye(100)[0] - pi)
+    assert arrays["update/misalignment"][0] == pytest.approx(misalignment(z1 - z0, oracle))
+    assert arrays["update/error"][1] == pytest.approx(1 - np.exp(z1[0]) / np.exp(z1).sum())
+
+
+def _wrap(method, before):
+    def wrapped(row):
+        before()
+        return method(row)
+
+    return wrapped
+
+
+def test_mnist_recorder_evaluates_every_k_updates_at_the_offset_label():
+    spec = get_experiment("mnist").build(4, True)["B100"]["tpo"]
+    model = build_model(spec, seed=0)
+    arrays = _learn(model, MNISTRecorder(4, eval_every=2, mechanism_algo="tpo"))
+    assert arrays["eval/x"].tolist() == [0, 2]  # evaluations after 2 and 4 updates
+    assert arrays["eval/error"].shape == (2,) and 0.5 < arrays["eval/error"][0] < 1
+    assert arrays["eval/mechanism_surplus"].shape == (2, 4)
+    assert arrays["eval/mechanism_counts"].sum(1) == pytest.approx(arrays["eval/error"] * 10_000)
+
+
+# ------------------------------------------------------------------------------- runner and report
+
+
+def test_runner_writes_each_seed_resumes_and_reports(tmp_path, capsys):
+    experiment = get_experiment("tabular_single")
+    tasks = plan(experiment, tmp_path, smoke=True, n_seeds=2, updates=3, algorithms=["tpo", "pg"])
+    assert len(tasks) == 4
+    summary = run_tasks(tasks, n_jobs=2)
+    assert summary["ran"] == 4 and not summary["failed"]
+    path = seed_path(tmp_path, "tabular_single", "K100", "tpo", 1)
+    arrays, meta = load_seed(path)
+    assert arrays["update/error"].shape == (3,) and meta["seed"] == 1 and meta["spec"]["n_updates"] == 3
+    stamp = os.stat(path).st_mtime_ns
+    again = run_tasks(tasks, n_jobs=1)
+    assert again["skipped"] == 4 and again["ran"] == 0 and os.stat(path).st_mtime_ns == stamp
+    longer = plan(experiment, tmp_path, smoke=True, n_seeds=2, updates=4, algorithms=["tpo"])
+    assert run_tasks(longer, n_jobs=1)["ran"] == 2  # other settings: not the same run, so it reruns
+
+    runs = load_runs(tmp_path, "tabular_single")
+    assert runs["K100"]["tpo"].arrays["update/error"].shape == (2, 4)
+    rows = summarize(experiment, runs)
+    assert [r["algo"] for r in rows] == ["pg", "tpo"]
+    table = markdown_table(experiment, rows)
+    assert "| K100 | tpo | 2 | 4 |" in table and "5.20e-05" in table
+    text = report("tabular_single", tmp_path, tmp_path / "figs", smoke=True)
+    assert (tmp_path / "figs" / "tabular_single_smoke.png").stat().st_size > 0
+    assert "steps to 1%" in text

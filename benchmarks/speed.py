@@ -1,0 +1,187 @@
+"""Speed benchmark: the reference workloads of spec section 10, run with our code, whole process timed.
+
+    python -m benchmarks.speed                       # every workload
+    python -m benchmarks.speed token_reversal_smoke tpo_token_smoke --n-jobs 2
+
+Each workload runs in a fresh subprocess (``python -m benchmarks.speed --inner NAME``: start-up,
+imports and the seeds' processes included) through the multi-seed runner of ``experiments``, into a
+fresh results folder. Printed per workload: wall seconds and the peak RSS of the largest process,
+beside the reference JAX code's figures measured on this machine (2 cores), and the learning-curve
+summary (final error, steps to the threshold) beside the reference's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from experiments.core import Experiment, Grid, Size
+from experiments.definitions import get_experiment
+from experiments.definitions.tokens import token_run
+from experiments.report import load_runs, summarize
+from experiments.runner import plan, run_tasks
+
+DENSE = ("ppo", "dg", "tpo", "grpo")
+
+
+def _terminal_h5(updates: int, smoke: bool) -> Grid:
+    """The reference's rlvr smoke preset: reverse copy, terminal reward, H = 5, B = 256, K = 32."""
+    return {"H5": {a: token_run(a, updates, reward="terminal", H=5, B=256, K=32) for a in DENSE}}
+
+
+TERMINAL_H5 = Experiment(
+    name="terminal_h5",
+    paper="spec 10 (transformer_rlvr --smoke, 10 episodes)",
+    full=Size(2, 10),
+    smoke=Size(2, 10),
+    build=_terminal_h5,
+    threshold=0.05,
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One reference workload: which runs, and what the reference measured for it (spec 10)."""
+
+    experiment: Experiment
+    seeds: int
+    updates: int
+    algorithms: tuple[str, ...]
+    variants: tuple[str, ...] | None
+    reference_wall_s: float | None
+    reference_rss_gb: float | None
+    reference_results: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+WORKLOADS: dict[str, Workload] = {
+    "token_reversal_smoke": Workload(
+        get_experiment("vocab_sweep"),
+        2,
+        50,
+        DENSE,
+        ("V2",),
+        369.0,
+        1.4,
+        {
+            "ppo": "final 0.4280, never < 1%",
+            "dg": "final 0.3720, never",
+            "tpo": "final 0.0100, 48",
+            "grpo": "final 0.3960, never",
+        },
+        "reverse copy, bag-of-tokens, H=10, V=2, B=100, K=8; 2 seeds x 50 episodes x 4 algorithms",
+    ),
+    "tpo_token_smoke": Workload(
+        get_experiment("vocab_sweep"),
+        2,
+        50,
+        ("tpo",),
+        ("V2",),
+        None,
+        None,
+        {"tpo": "final 0.0100, 48 (probe: 0.88 s per seed-episode, about 88 s of compute)"},
+        "issue 3's benchmark: TPO-token alone, 2 seeds x 50 episodes",
+    ),
+    "terminal_h5": Workload(
+        TERMINAL_H5,
+        2,
+        10,
+        DENSE,
+        None,
+        240.0,
+        3.0,
+        {"ppo": "0.9492", "dg": "0.9492", "tpo": "0.9435", "grpo": "0.9729"},
+        "terminal reward, H=5, B=256, K=32; 2 seeds x 10 episodes x 4 algorithms",
+    ),
+    "mnist_full": Workload(
+        get_experiment("mnist"),
+        20,
+        10_000,
+        ("ce", "pg", "dg", "tpo"),
+        None,
+        282.0,
+        None,
+        {"ce": "2.66%", "pg": "6.10%", "dg": "3.12%", "tpo": "2.92% (5% at 1600)"},
+        "MNIST bandit, 20 seeds x 10,000 steps x 4 algorithms",
+    ),
+}
+
+
+def run_inner(name: str, out: str, n_jobs: int) -> int:
+    """Run one workload's seeds (this is the timed subprocess)."""
+    w = WORKLOADS[name]
+    tasks = plan(w.experiment, out, False, w.seeds, w.updates, w.algorithms, w.variants)
+    summary = run_tasks(tasks, n_jobs)
+    peak_kb = max(
+        resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    print(f"PEAK_RSS_KB {peak_kb}")
+    return 1 if summary["failed"] else 0
+
+
+def measure(name: str, n_jobs: int) -> None:
+    """Time one workload in a fresh process and print it beside the reference."""
+    w = WORKLOADS[name]
+    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as out:
+        start = time.perf_counter()
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.speed",
+            "--inner",
+            name,
+            "--out",
+            out,
+            "--n-jobs",
+            str(n_jobs),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
+            raise SystemExit(f"{name} failed (exit {proc.returncode})")
+        rows = summarize(w.experiment, load_runs(out, w.experiment.name))
+    peak_gb = int(proc.stdout.rsplit("PEAK_RSS_KB", 1)[1].split()[0]) / 2**20
+    ref = f"{w.reference_wall_s:.0f} s" if w.reference_wall_s else "n/a"
+    speedup = f"{w.reference_wall_s / wall:.1f}x" if w.reference_wall_s else "n/a"
+    rss = f"{w.reference_rss_gb:.1f} GB" if w.reference_rss_gb else "n/a"
+    print(f"\n## {name}: {w.description}")
+    print(
+        f"wall {wall:.1f} s (reference {ref}, speed-up {speedup}); "
+        f"peak RSS of the largest process {peak_gb:.2f} GB (reference {rss}); n_jobs {n_jobs}"
+    )
+    print("| algo | final (mean +- s.e.) | steps to threshold | s per seed | reference |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        steps = row.get("steps", "")
+        print(
+            f"| {row['algo']} | {row['final']:.4f} +- {row['final_se']:.4f} | {steps} | "
+            f"{row['wall_s_per_seed']:.1f} | {w.reference_results.get(row['algo'], '')} |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the benchmark(s)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n\n")[0])
+    parser.add_argument("workloads", nargs="*", help=f"any of {', '.join(WORKLOADS)} (default: all)")
+    parser.add_argument("--n-jobs", type=int, default=2, help="processes (default 2, one per core)")
+    parser.add_argument("--inner", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.inner:
+        return run_inner(args.inner, args.out, args.n_jobs)
+    unknown = [name for name in args.workloads if name not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    for name in args.workloads or list(WORKLOADS):
+        measure(name, args.n_jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

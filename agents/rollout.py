@@ -104,7 +104,8 @@ def _as_tensor(x: np.ndarray, device: th.device) -> th.Tensor:
     return th.as_tensor(np.array(x), device=device)
 
 
-def _final_token_rewards(infos: dict, step_rewards: np.ndarray) -> np.ndarray | None:
+def _final_token_rewards(infos: dict) -> np.ndarray | None:
+    """The env's per-position rewards of the finished episodes (``final_info["token_rewards"]``), if any."""
     final = infos.get("final_info")
     if isinstance(final, dict) and "token_rewards" in final:
         return np.asarray(final["token_rewards"], dtype=np.float32)
@@ -123,51 +124,76 @@ def _prompts(env: VectorEnv) -> np.ndarray | None:
     return None if prompts is None else np.asarray(prompts, dtype=np.int64)
 
 
+def _run_episodes(
+    env: VectorEnv,
+    obs: np.ndarray,
+    policy,
+    n_candidates: int,
+    shared_prompts: int,
+    on_step: StepHook | None,
+) -> dict[str, th.Tensor] | None:
+    """Step every sub-env to the end of its episode; at each state draw ``n_candidates`` actions,
+    let the env score them when there is more than one, and take candidate 0.
+
+    Returns the stacked ``obs, candidates, scores, old_log_probs, token_rewards, returns`` (time on
+    axis 1), or None when ``on_step`` stops collection. All sub-envs of a ``tpo_gym`` env have the
+    same episode length, so every episode ends at the same step.
+    """
+    device, n = policy.device, env.num_envs
+    step_log_probs = _StepLogProbs(policy, _prompts(env), shared_prompts)
+    steps: dict[str, list] = {"obs": [], "candidates": [], "scores": [], "old_log_probs": [], "rewards": []}
+    taken, token_rewards, finished = None, None, False
+    while not finished:
+        obs_t = _as_tensor(obs, device)
+        log_probs = step_log_probs(obs_t, taken)
+        candidates = sample_actions(log_probs, n_candidates)
+        taken = candidates[:, 0]
+        if n_candidates > 1:
+            steps["scores"].append(_as_tensor(env.score_candidates(candidates.cpu().numpy()), device).float())
+        obs, rewards, terminated, truncated, infos = env.step(taken.cpu().numpy())
+        for key, value in (("obs", obs_t), ("candidates", candidates), ("old_log_probs", log_probs)):
+            steps[key].append(value)
+        steps["rewards"].append(np.asarray(rewards, dtype=np.float32))
+        if on_step is not None and not on_step(n):
+            return None
+        done = np.logical_or(terminated, truncated)
+        finished = bool(done.all())
+        if finished:
+            token_rewards = _final_token_rewards(infos)
+        elif done.any():
+            raise RuntimeError("sub-envs of a grouped env must finish their episodes together")
+    step_rewards = np.stack(steps.pop("rewards"), axis=1)
+    batch = {key: th.stack(values, dim=1) for key, values in steps.items() if values}
+    batch["token_rewards"] = _as_tensor(
+        step_rewards if token_rewards is None else token_rewards, device
+    ).float()
+    batch["returns"] = _as_tensor(step_rewards.sum(axis=1), device).float()
+    return batch
+
+
 @th.no_grad()
 def collect_episodes(
     env: VectorEnv, policy, group_size: int, on_step: StepHook | None = None
 ) -> Episodes | None:
     """Run one episode in every sub-env, blocks of ``group_size`` sub-envs sharing a context.
 
-    Returns ``None`` when ``on_step`` asks to stop. All sub-envs of a ``tpo_gym`` env have the
-    same episode length, so the episode ends for all of them at the same step.
+    Returns ``None`` when ``on_step`` asks to stop.
     """
-    device = policy.device
     obs, _ = env.reset(options={"group_size": group_size})
-    n = env.num_envs
-    contexts, prompts = _context_ids(env, n, group_size), _prompts(env)
-    obs_steps, action_steps, logp_steps, reward_steps = [], [], [], []
-    step_log_probs, actions = _StepLogProbs(policy, prompts, group_size), None
-    token_rewards = None
-    while token_rewards is None:
-        obs_t = _as_tensor(obs, device)
-        log_probs = step_log_probs(obs_t, actions)
-        actions = sample_actions(log_probs, 1)[:, 0]
-        obs, rewards, terminated, truncated, infos = env.step(actions.cpu().numpy())
-        obs_steps.append(obs_t)
-        action_steps.append(actions)
-        logp_steps.append(log_probs)
-        reward_steps.append(np.asarray(rewards, dtype=np.float32))
-        if on_step is not None and not on_step(n):
-            return None
-        done = np.logical_or(terminated, truncated)
-        if done.all():
-            token_rewards = _final_token_rewards(infos, rewards)
-            if token_rewards is None:
-                token_rewards = np.stack(reward_steps, axis=1)
-        elif done.any():
-            raise RuntimeError("sub-envs of a grouped env must finish their episodes together")
-    step_rewards = np.stack(reward_steps, axis=1)
+    contexts, prompts = _context_ids(env, env.num_envs, group_size), _prompts(env)
+    steps = _run_episodes(env, obs, policy, 1, group_size, on_step)
+    if steps is None:
+        return None
     return Episodes(
-        obs=th.stack(obs_steps, dim=1),
-        actions=th.stack(action_steps, dim=1),
-        old_log_probs=th.stack(logp_steps, dim=1),
-        token_rewards=_as_tensor(token_rewards, device).float(),
-        returns=_as_tensor(step_rewards.sum(axis=1), device).float(),
-        contexts=_as_tensor(contexts, device),
-        n_contexts=n // group_size,
+        obs=steps["obs"],
+        actions=steps["candidates"][..., 0],
+        old_log_probs=steps["old_log_probs"],
+        token_rewards=steps["token_rewards"],
+        returns=steps["returns"],
+        contexts=_as_tensor(contexts, policy.device),
+        n_contexts=env.num_envs // group_size,
         group_size=group_size,
-        prompts=None if prompts is None else _as_tensor(prompts, device),
+        prompts=None if prompts is None else _as_tensor(prompts, policy.device),
     )
 
 
@@ -176,43 +202,20 @@ def collect_token_groups(
     env: VectorEnv, policy, group_size: int, on_step: StepHook | None = None
 ) -> TokenGroups | None:
     """One behaviour trajectory per sub-env with ``group_size`` scored next-token candidates per state."""
-    device = policy.device
     obs, _ = env.reset()
     prompts = _prompts(env)
-    n = env.num_envs
-    obs_steps, cand_steps, score_steps, logp_steps, reward_steps = [], [], [], [], []
-    step_log_probs, candidates = _StepLogProbs(policy, prompts), None
-    token_rewards = None
-    while token_rewards is None:
-        obs_t = _as_tensor(obs, device)
-        log_probs = step_log_probs(obs_t, None if candidates is None else candidates[:, 0])
-        candidates = sample_actions(log_probs, group_size)
-        scores = env.score_candidates(candidates.cpu().numpy())
-        obs, rewards, terminated, truncated, infos = env.step(candidates[:, 0].cpu().numpy())
-        obs_steps.append(obs_t)
-        cand_steps.append(candidates)
-        score_steps.append(_as_tensor(scores, device).float())
-        logp_steps.append(log_probs)
-        reward_steps.append(np.asarray(rewards, dtype=np.float32))
-        if on_step is not None and not on_step(n):
-            return None
-        done = np.logical_or(terminated, truncated)
-        if done.all():
-            token_rewards = _final_token_rewards(infos, rewards)
-            if token_rewards is None:
-                token_rewards = np.stack(reward_steps, axis=1)
-        elif done.any():
-            raise RuntimeError("sub-envs of a grouped env must finish their episodes together")
-    candidates = th.stack(cand_steps, dim=1)
+    steps = _run_episodes(env, obs, policy, group_size, 1, on_step)
+    if steps is None:
+        return None
     return TokenGroups(
-        obs=th.stack(obs_steps, dim=1),
-        actions=candidates[..., 0],
-        candidates=candidates,
-        scores=th.stack(score_steps, dim=1),
-        old_log_probs=th.stack(logp_steps, dim=1),
-        token_rewards=_as_tensor(token_rewards, device).float(),
-        returns=_as_tensor(np.stack(reward_steps, axis=1).sum(axis=1), device).float(),
-        prompts=None if prompts is None else _as_tensor(prompts, device),
+        obs=steps["obs"],
+        actions=steps["candidates"][..., 0],
+        candidates=steps["candidates"],
+        scores=steps["scores"],
+        old_log_probs=steps["old_log_probs"],
+        token_rewards=steps["token_rewards"],
+        returns=steps["returns"],
+        prompts=None if prompts is None else _as_tensor(prompts, policy.device),
     )
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib
 import json
 import os
 import re
@@ -26,7 +25,7 @@ import yaml
 from agents import registry
 from agents.callbacks import episode_task_error
 from agents.hyperparams import ConfigError, evaluated
-from agents.zoo import StoreDict, import_algo
+from agents.zoo import StoreDict, resolve
 from agents.zoo_envs import make_env
 
 
@@ -147,20 +146,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Evaluate the model chosen by ``argv`` and print (and return) the results."""
     from stable_baselines3.common.utils import set_random_seed
 
-    import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-
     args = build_parser().parse_args(argv)
-    for package in args.gym_packages:
-        importlib.import_module(package)
-    try:
-        algo = registry.algo_key(args.algo)
-        env_id = registry.resolve_env_id(args.env)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
+    algo, env_id, algo_class = resolve(args)
     env_name = registry.env_file_name(env_id)
     path, run = find_model(args, algo, env_name)
     env_kwargs = {**run_env_kwargs(run, env_name), **args.env_kwargs}
-    model = import_algo(algo).load(path, device=args.device)
+    model = algo_class.load(path, device=args.device)
     set_random_seed(args.seed)  # sampled actions repeat for one seed
     env = make_env(env_id, args.n_envs, args.seed, env_kwargs)
     try:

@@ -161,38 +161,15 @@ def test_population_updates_reproduce_the_closed_form_betas():
 # ------------------------------------------------------------------------------- learning
 
 
-def test_tpo_solves_the_ten_armed_bandit():
+@pytest.mark.parametrize("algo", [TPO, PG, DG, GRPO])
+def test_tabular_methods_learn_the_ten_armed_bandit(algo):
+    """TPO reaches < 5% error in 60 steps of 100 samples; the single-sample peers at least halve it."""
     env = gym.make("TPO/KArmedBandit-v0", n_arms=10)
-    model = TPO(
-        "TabularPolicy",
-        env,
-        learning_rate=0.1,
-        batch_size=100,
-        n_epochs=1,
-        group_mode="single",
-        baseline=0.5,
-        seed=0,
-    )
-    model.learn(100 * 60)
-    assert bandit_error(model) < 0.05
-
-
-@pytest.mark.parametrize("algo", [PG, DG, GRPO])
-def test_single_sample_methods_learn_the_ten_armed_bandit(algo):
-    env = gym.make("TPO/KArmedBandit-v0", n_arms=10)
-    model = algo(
-        "TabularPolicy",
-        env,
-        learning_rate=0.1,
-        batch_size=100,
-        n_epochs=1,
-        group_mode="single",
-        baseline=0.5,
-        seed=0,
-    )
+    kwargs = dict(learning_rate=0.1, batch_size=100, n_epochs=1, group_mode="single", baseline=0.5, seed=0)
+    model = algo("TabularPolicy", env, **kwargs)
     before = bandit_error(model)
     model.learn(100 * 60)
-    assert bandit_error(model) < before / 2
+    assert bandit_error(model) < (0.05 if algo is TPO else before / 2)
 
 
 def test_tpo_token_solves_token_copy():

@@ -36,7 +36,7 @@ class TPO(GroupAlgorithm):
     def prepare(self, batch: Any) -> dict[str, th.Tensor]:
         old_logscores, scores = self.group_view(batch, batch.old_log_probs)
         target = losses.tpo_target(old_logscores, scores, eta=self.eta, anchor=self.anchor)
-        return {"target": target, "scores": scores, "old_p": old_logscores.log_softmax(-1).exp()}
+        return {"target": target, "scores": scores}
 
     def loss(self, batch: Any, frozen: dict[str, th.Tensor], log_probs: th.Tensor) -> tuple[th.Tensor, dict]:
         logscores, _ = self.group_view(batch, log_probs)

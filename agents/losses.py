@@ -34,6 +34,19 @@ def _popstd(x: torch.Tensor, dim: int) -> torch.Tensor:
 # Group primitives
 
 
+def check_scores(scores: torch.Tensor, logscores: torch.Tensor | None = None) -> None:
+    """Raise ``ValueError`` unless ``scores`` is a finite ``[..., K]`` tensor (shaped like ``logscores``)."""
+    if scores.dim() < 1 or scores.shape[-1] < 1:
+        raise ValueError(f"scores must be shaped [..., K] with K >= 1, got shape {tuple(scores.shape)}")
+    if logscores is not None and logscores.shape != scores.shape:
+        raise ValueError(
+            f"scores {tuple(scores.shape)} and log-scores {tuple(logscores.shape)} must have the same shape"
+        )
+    if not torch.isfinite(scores).all():
+        bad = scores[~torch.isfinite(scores)].flatten()[:3].tolist()
+        raise ValueError(f"scores must be finite numbers; got {bad} (NaN or infinite)")
+
+
 def standardize(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
     """Within-group score standardisation u(s) over the last axis K (spec 1.1).
 
@@ -57,8 +70,10 @@ def tpo_target(
 
     anchored:  q = softmax_K( log_softmax_K(sg L_old) + u(s) / eta )
     no anchor: q = softmax_K( u(s) / eta )
-    ``old_logscores`` may be unnormalised (only their softmax over K matters).
+    ``old_logscores`` may be unnormalised (only their softmax over K matters). Raises ``ValueError``
+    on non-finite scores or mismatched shapes.
     """
+    check_scores(scores, old_logscores)
     logits = standardize(scores.detach()) / eta
     if anchor:
         logits = logits + torch.log_softmax(old_logscores.detach(), -1)
@@ -79,12 +94,17 @@ def group_pg_loss(logscores: torch.Tensor, scores: torch.Tensor, eta: float = 1.
 
     loss = - mean_groups sum_K sg(u(s)/eta) * L_theta   (L_theta not renormalised over the group).
     """
+    check_scores(scores, logscores)
     weights = standardize(scores.detach()) / eta
     return -(weights * logscores).sum(-1).mean()
 
 
 def grpo_advantages(scores: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """GRPO group advantages over the last axis K: A = (s - mean_K s) / (popstd_K s + eps)."""
+    """GRPO group advantages over the last axis K: A = (s - mean_K s) / (popstd_K s + eps).
+
+    Raises ``ValueError`` on non-finite scores.
+    """
+    check_scores(scores)
     scores = scores.detach()
     return (scores - scores.mean(-1, keepdim=True)) / (_popstd(scores, -1) + eps)
 

@@ -388,3 +388,15 @@ def test_exact_multicontext_update_weights():
 
     assert beta_ce == pytest.approx(1.0)
     assert [round(b / beta_ce, 2) for b in (beta_tpo, beta_dg, beta_grpo)] == [0.73, 0.09, 0.33]
+
+
+def test_bad_scores_raise_clear_errors():
+    old = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="finite"):
+        L.tpo_target(old, torch.tensor([[1.0, float("nan"), 0.0], [0.0, 1.0, 0.0]]))
+    with pytest.raises(ValueError, match="same shape"):
+        L.tpo_target(old, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="finite"):
+        L.grpo_advantages(torch.tensor([[float("inf"), 0.0]]))
+    with pytest.raises(ValueError, match="shape"):
+        L.group_pg_loss(torch.zeros(3), torch.zeros(2))

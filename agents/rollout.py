@@ -81,23 +81,39 @@ def sample_actions(log_probs: th.Tensor, n: int) -> th.Tensor:
 class _StepLogProbs:
     """log pi(.|x_t) along the trajectories of a batch, one call per step.
 
-    A policy with ``decode_start``/``decode_next`` (the transformer) decodes incrementally with a
-    KV cache from the env's prompts (exact); any other policy reads the observation.
+    A policy with ``decode_start``/``decode_next``/``select_cache`` (the transformer) decodes
+    incrementally with a KV cache, once per *distinct* prefix: sequences that share their prompt and
+    the tokens so far (K completions of one prompt, or small vocabularies) have the same next-token
+    distribution, so it is computed once and gathered (exact). Any other policy reads the observation.
     """
 
-    def __init__(self, policy, prompts: np.ndarray | None, group_size: int = 1) -> None:
-        self.policy, self.cache, self.t, self.group_size = policy, None, 0, group_size
+    def __init__(self, policy, prompts: np.ndarray | None) -> None:
+        self.policy, self.cache, self.t = policy, None, 0
         self.prompts = prompts if hasattr(policy, "decode_start") else None
+        self.prefix: th.Tensor | None = None  # [N] index of each sequence's distinct prefix
 
     def __call__(self, obs: th.Tensor, previous_actions: th.Tensor | None) -> th.Tensor:
         if self.prompts is None:
             return self.policy.action_log_probs(obs)
         if self.cache is None:
-            shared = _as_tensor(self.prompts[:: self.group_size], self.policy.device)
-            log_probs, self.cache = self.policy.decode_start(shared, repeats=self.group_size)
-            return log_probs
-        self.t += 1
-        return self.policy.decode_next(previous_actions, self.cache, self.t - 1)
+            prompts = _as_tensor(self.prompts, self.policy.device)
+            distinct, inverse = th.unique(prompts, dim=0, return_inverse=True)
+            if len(distinct) == len(prompts):  # nothing shared: decode in batch order
+                log_probs, self.cache = self.policy.decode_start(prompts)
+                return log_probs
+            self.prefix = inverse
+            log_probs, self.cache = self.policy.decode_start(distinct)
+            return log_probs[inverse]
+        t, self.t = self.t, self.t + 1
+        if self.prefix is None:  # every sequence is its own prefix, and stays so
+            return self.policy.decode_next(previous_actions, self.cache, t)
+        keys = th.stack([self.prefix, previous_actions.to(self.prefix.device)], dim=1)
+        distinct, inverse = th.unique(keys, dim=0, return_inverse=True)
+        if len(distinct) == len(keys):  # all distinct from now on: switch to batch order
+            self.cache, self.prefix = self.policy.select_cache(self.cache, self.prefix), None
+            return self.policy.decode_next(previous_actions, self.cache, t)
+        self.cache, self.prefix = self.policy.select_cache(self.cache, distinct[:, 0]), inverse
+        return self.policy.decode_next(distinct[:, 1], self.cache, t)[inverse]
 
 
 def _as_tensor(x: np.ndarray, device: th.device) -> th.Tensor:
@@ -129,7 +145,6 @@ def _run_episodes(
     obs: np.ndarray,
     policy,
     n_candidates: int,
-    shared_prompts: int,
     on_step: StepHook | None,
 ) -> dict[str, th.Tensor] | None:
     """Step every sub-env to the end of its episode; at each state draw ``n_candidates`` actions,
@@ -140,7 +155,7 @@ def _run_episodes(
     same episode length, so every episode ends at the same step.
     """
     device, n = policy.device, env.num_envs
-    step_log_probs = _StepLogProbs(policy, _prompts(env), shared_prompts)
+    step_log_probs = _StepLogProbs(policy, _prompts(env))
     steps: dict[str, list] = {"obs": [], "candidates": [], "scores": [], "old_log_probs": [], "rewards": []}
     taken, token_rewards, finished = None, None, False
     while not finished:
@@ -181,7 +196,7 @@ def collect_episodes(
     """
     obs, _ = env.reset(options={"group_size": group_size})
     contexts, prompts = _context_ids(env, env.num_envs, group_size), _prompts(env)
-    steps = _run_episodes(env, obs, policy, 1, group_size, on_step)
+    steps = _run_episodes(env, obs, policy, 1, on_step)
     if steps is None:
         return None
     return Episodes(
@@ -204,7 +219,7 @@ def collect_token_groups(
     """One behaviour trajectory per sub-env with ``group_size`` scored next-token candidates per state."""
     obs, _ = env.reset()
     prompts = _prompts(env)
-    steps = _run_episodes(env, obs, policy, group_size, 1, on_step)
+    steps = _run_episodes(env, obs, policy, group_size, on_step)
     if steps is None:
         return None
     return TokenGroups(
@@ -252,13 +267,17 @@ def episode_log_probs(policy, episodes: Episodes | TokenGroups) -> th.Tensor:
     """Current-policy log pi(.|x_t) for every recorded state, [N, T, A], with gradients.
 
     A policy with ``completion_log_probs`` (the transformer) re-scores each distinct sequence with one
-    teacher-forced forward (exact under the causal mask); others re-score the recorded observations.
+    teacher-forced forward (exact under the causal mask), encoding a prompt shared by several
+    sequences once; others re-score the recorded observations.
     """
     if episodes.prompts is not None and hasattr(policy, "completion_log_probs"):
         rows, inverse = distinct_sequences(episodes)
-        if len(rows) == len(inverse):
-            return policy.completion_log_probs(episodes.prompts, episodes.actions)
         horizon = episodes.prompts.shape[1]
-        return policy.completion_log_probs(rows[:, :horizon], rows[:, horizon:])[inverse]
+        prompts, owner = th.unique(rows[:, :horizon], dim=0, return_inverse=True)
+        if len(prompts) < len(rows) and hasattr(policy, "grouped_completion_log_probs"):
+            log_probs = policy.grouped_completion_log_probs(prompts, owner, rows[:, horizon:])
+        else:
+            log_probs = policy.completion_log_probs(rows[:, :horizon], rows[:, horizon:])
+        return log_probs if len(rows) == len(inverse) else log_probs[inverse]
     n, t = episodes.actions.shape
     return policy.action_log_probs(episodes.obs.flatten(0, 1)).reshape(n, t, -1)

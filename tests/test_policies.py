@@ -318,3 +318,22 @@ def test_custom_optimizer_class() -> None:
         spaces.Discrete(2), spaces.Discrete(3), constant(0.5), optimizer_class=torch.optim.SGD
     )
     assert isinstance(policy.optimizer, torch.optim.SGD) and policy.optimizer.param_groups[0]["lr"] == 0.5
+
+
+def test_grouped_completion_log_probs_equal_the_plain_forward_and_its_gradient() -> None:
+    """Encoding each shared prompt once gives the same log-probs and the same parameter gradient."""
+    policy = token_policy(V=3, H=4, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, 3, (2, 4), generator=gen)
+    owner = torch.tensor([0, 0, 1, 0, 1])
+    completions = torch.randint(0, 3, (5, 4), generator=gen)
+    grouped = policy.grouped_completion_log_probs(prompts, owner, completions)
+    plain = policy.completion_log_probs(prompts[owner], completions)
+    assert torch.allclose(grouped, plain, atol=1e-5)
+    weights = torch.randn(plain.shape, generator=gen)
+    grads = []
+    for log_probs in (grouped, plain):
+        policy.zero_grad()
+        (weights * log_probs).sum().backward(retain_graph=True)
+        grads.append(torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-4)

@@ -113,6 +113,21 @@ class MultiHeadAttention(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(self.head_dim))
         return self.project_out(o.transpose(1, 2))
 
+    def forward_with_prefix(self, prefix: Tensor, suffix: Tensor, owner: Tensor) -> tuple[Tensor, Tensor]:
+        """Causal attention of shared prefixes ``[P, Tp, d]`` and of suffixes ``[R, Ts, d]``, suffix ``r``
+        continuing prefix ``owner[r]``: each suffix attends to its prefix's keys, then causally to its own."""
+        q, k, v = (t.transpose(1, 2) for t in self.qkv(prefix))
+        scale = 1.0 / math.sqrt(self.head_dim)
+        out_prefix = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        qs, ks, vs = (t.transpose(1, 2) for t in self.qkv(suffix))
+        keys, values = torch.cat([k[owner], ks], dim=2), torch.cat([v[owner], vs], dim=2)
+        n_prefix, n_suffix = prefix.shape[1], suffix.shape[1]
+        mask = torch.ones(n_suffix, n_prefix + n_suffix, dtype=torch.bool, device=suffix.device)
+        out_suffix = F.scaled_dot_product_attention(
+            qs, keys, values, attn_mask=mask.tril(diagonal=n_prefix), scale=scale
+        )
+        return self.project_out(out_prefix.transpose(1, 2)), self.project_out(out_suffix.transpose(1, 2))
+
     def forward_cached(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, start: int) -> Tensor:
         """Attention for new positions ``start..start+T-1`` (``x [N, T, d]``) using and filling a KV cache.
 
@@ -157,6 +172,11 @@ class Block(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
+
+    def forward_with_prefix(self, prefix: Tensor, suffix: Tensor, owner: Tensor) -> tuple[Tensor, Tensor]:
+        attn_prefix, attn_suffix = self.attn.forward_with_prefix(self.ln1(prefix), self.ln1(suffix), owner)
+        prefix, suffix = prefix + attn_prefix, suffix + attn_suffix
+        return prefix + self.mlp(self.ln2(prefix)), suffix + self.mlp(self.ln2(suffix))
 
     def forward_cached(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, start: int) -> Tensor:
         x = x + self.attn.forward_cached(self.ln1(x), cache_k, cache_v, start)
@@ -211,6 +231,19 @@ class CausalTransformer(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return x
+
+    def hidden_with_prefix(self, prefix: Tensor, suffix: Tensor, owner: Tensor) -> tuple[Tensor, Tensor]:
+        """Hidden states of prefixes ``[P, Tp]`` and of suffixes ``[R, Ts]`` (suffix ``r`` continues prefix
+        ``owner[r]``), computing each shared prefix once; exact: the suffix rows equal
+        ``hidden(cat(prefix[owner], suffix))[:, Tp:]``."""
+        if prefix.shape[1] + suffix.shape[1] > self.max_len:
+            raise ValueError(
+                f"sequence length {prefix.shape[1] + suffix.shape[1]} exceeds max_len {self.max_len}"
+            )
+        x_prefix, x_suffix = self.embed(prefix), self.embed(suffix, prefix.shape[1])
+        for layer in self.layers:
+            x_prefix, x_suffix = layer.forward_with_prefix(x_prefix, x_suffix, owner)
+        return x_prefix, x_suffix
 
     def forward(self, tokens: Tensor) -> Tensor:
         """Next-token log-probs at every position, ``[N, T, V]``."""
@@ -316,25 +349,36 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         hidden = self.model.hidden(tokens)
         return self.model.output(hidden[:, H - 1 :])
 
+    def grouped_completion_log_probs(self, prompts: Tensor, owner: Tensor, completions: Tensor) -> Tensor:
+        """``completion_log_probs(prompts[owner], completions)`` with each prompt encoded once, ``[R, H, V]``.
+
+        For K completions of one prompt (sequence-level groups) this halves the work; the result is the
+        same up to float rounding.
+        """
+        prompts, completions = prompts.to(self.device).long(), completions.to(self.device).long()
+        owner = owner.to(self.device)
+        hidden_prompts, hidden_completions = self.model.hidden_with_prefix(
+            prompts, completions[:, :-1], owner
+        )
+        first = self.model.output(hidden_prompts[:, -1:])[owner]
+        return torch.cat([first, self.model.output(hidden_completions)], dim=1)
+
     def completion_token_log_probs(self, prompts: Tensor, completions: Tensor) -> Tensor:
         """``log pi(completion_t | prompt, completion_<t)``, shape ``[N, H]``."""
         log_probs = self.completion_log_probs(prompts, completions)
         return log_probs.gather(-1, completions.to(log_probs.device).long().unsqueeze(-1)).squeeze(-1)
 
     @torch.no_grad()
-    def decode_start(self, prompts: Tensor, repeats: int = 1) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        """Begin incremental decoding: ``(log pi(. | prompt) [N * repeats, V], KV cache)`` (exact, no grad).
-
-        Each prompt is encoded once and its cache repeated ``repeats`` times (rows n*repeats ..
-        n*repeats + repeats - 1), for K completions of one prompt.
-        """
+    def decode_start(self, prompts: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """Begin incremental decoding: ``(log pi(. | prompt) [N, V], KV cache)`` (exact, no grad)."""
         prompts = prompts.to(self.device).long()
         cache = self.model.new_cache(prompts.shape[0], prompts.device, self.model.token_embedding.dtype)
-        log_probs = self.model.forward_cached(prompts, cache, 0)[:, -1]
-        if repeats > 1:
-            log_probs = log_probs.repeat_interleave(repeats, dim=0)
-            cache = [(k.repeat_interleave(repeats, 0), v.repeat_interleave(repeats, 0)) for k, v in cache]
-        return log_probs, cache
+        return self.model.forward_cached(prompts, cache, 0)[:, -1], cache
+
+    @staticmethod
+    def select_cache(cache: list[tuple[Tensor, Tensor]], rows: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """The cache of the sequences ``rows`` (a new batch made of copies of existing sequences)."""
+        return [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in cache]
 
     @torch.no_grad()
     def decode_next(self, tokens: Tensor, cache: list[tuple[Tensor, Tensor]], t: int) -> Tensor:

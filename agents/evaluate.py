@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stochastic", dest="deterministic", action="store_false", help="sampled actions")
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluation env")
     p.add_argument("--device", type=str, default="auto", help="PyTorch device")
+    p.add_argument("--num-threads", type=int, default=1, help="torch threads (0 or less: torch's default)")
     p.add_argument(
         "--env-kwargs", type=str, nargs="+", action=StoreDict, default={}, help="key:value env kwargs"
     )
@@ -144,9 +145,12 @@ def run_env_kwargs(run: str | None, env_name: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Evaluate the model chosen by ``argv`` and print (and return) the results."""
+    import torch
     from stable_baselines3.common.utils import set_random_seed
 
     args = build_parser().parse_args(argv)
+    if args.num_threads > 0:
+        torch.set_num_threads(args.num_threads)
     algo, env_id, algo_class = resolve(args)
     env_name = registry.env_file_name(env_id)
     path, run = find_model(args, algo, env_name)

@@ -82,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--gym-packages", type=str, nargs="+", default=[], help="modules to import (register envs)"
     )
     p.add_argument("-i", "--trained-agent", type=str, default="", help="continue training from this .zip")
-    p.add_argument("--num-threads", type=int, default=-1, help="torch threads (-1: torch's default)")
+    p.add_argument(
+        "--num-threads", type=int, default=1,
+        help="torch threads (default 1: the models are small, extra threads only add synchronisation; "
+        "0 or less keeps torch's default)",
+    )  # fmt: skip
     p.add_argument(
         "--log-interval", type=int, default=-1, help="override the log interval (-1: algo default)"
     )

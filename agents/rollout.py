@@ -278,6 +278,6 @@ def episode_log_probs(policy, episodes: Episodes | TokenGroups) -> th.Tensor:
             log_probs = policy.grouped_completion_log_probs(prompts, owner, rows[:, horizon:])
         else:
             log_probs = policy.completion_log_probs(rows[:, :horizon], rows[:, horizon:])
-        return log_probs if len(rows) == len(inverse) else log_probs[inverse]
+        return log_probs[inverse]
     n, t = episodes.actions.shape
     return policy.action_log_probs(episodes.obs.flatten(0, 1)).reshape(n, t, -1)

@@ -189,10 +189,14 @@ def test_peers_learn_token_copy(algo, kwargs):
     assert token_error(model) < before * 0.6
 
 
-@pytest.mark.parametrize("mode", ["token", "sequence"])
-def test_rollout_log_probs_equal_teacher_forced_rescoring(mode):
-    """The KV-cached rollout (shared prompt prefill, distinct-sequence re-scoring) is exact."""
-    model = TPO("TransformerPolicy", copy_env(h=4), batch_size=6, group_size=5, group_mode=mode, seed=1)
+@pytest.mark.parametrize("mode, vocab", [("token", 2), ("sequence", 2), ("token", 50), ("sequence", 50)])
+def test_rollout_log_probs_equal_teacher_forced_rescoring(mode, vocab):
+    """The KV-cached rollout and the re-scoring of distinct sequences are exact, in batch order.
+
+    V = 2 makes prompts and sequences repeat; V = 50 makes every one distinct.
+    """
+    env = gym.make("TPO/TokenCopy-v0", sequence_length=4, vocab_size=vocab)
+    model = TPO("TransformerPolicy", env, batch_size=6, group_size=5, group_mode=mode, seed=1)
     model.set_logger(configure(None, []))
     batch = model.collect(_NoCallback())
     with th.no_grad():

@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,8 +174,9 @@ def mnist_mechanism(runs: dict[str, dict[str, Runs]], checkpoint: int = MNIST_CH
             x = r.x("eval/error")
             index = int(np.argmin(np.abs(x - checkpoint)))
             surplus = r.arrays["eval/mechanism_surplus"][:, index]  # [seeds, 4]
-            with np.errstate(invalid="ignore"):
-                mean = np.nanmean(surplus, axis=0) if np.isfinite(surplus).any() else surplus[0]
+            with warnings.catch_warnings():  # an empty bin in every seed is NaN ("n/a")
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(surplus, axis=0)
             out[algo] = {"label": float(x[index]), "surplus": [float(v) for v in mean],
                          "counts": r.arrays["eval/mechanism_counts"][:, index].mean(0).tolist()}
     return out

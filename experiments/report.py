@@ -242,6 +242,8 @@ def draw(experiment: Experiment, runs: dict[str, dict[str, Runs]], path: Path,
     flat = axes.ravel()
     for ax, (key, log, variant) in zip(flat, panels, strict=False):
         _panel(ax, runs[variant], algos, key, log, f"{variant}: {key.split('/', 1)[1]}")
+        if key == experiment.metric and experiment.threshold is not None:
+            ax.axhline(experiment.threshold, color="grey", ls="--", lw=0.7)
     if mechanism:
         ax = flat[len(panels)]
         width = 0.8 / len(mechanism)

@@ -212,7 +212,10 @@ def _panel(ax: Any, runs: dict[str, Runs], algos: list[str], key: str, log: bool
         x = r.x(key)
         color = COLORS.get(algo)
         ax.plot(x, mean, label=r.label, lw=1.3, color=color)
-        ax.fill_between(x, mean - se, mean + se, color=color, alpha=0.2, lw=0)
+        low = mean - se
+        if log:  # a band reaching zero cannot be drawn on a log axis: leave a gap there
+            low = np.where(low > 0, low, np.nan)
+        ax.fill_between(x, low, mean + se, color=color, alpha=0.2, lw=0)
     if log:
         ax.set_yscale("log", nonpositive="mask")
     ax.set_title(title, fontsize=9)

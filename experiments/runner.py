@@ -8,8 +8,10 @@ by ``gymnasium.make(env_id, **env_kwargs)``, with ``seed=k`` (seeds torch, numpy
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import platform
+import subprocess
 import sys
 import time
 import warnings
@@ -67,6 +69,23 @@ def build_model(spec: RunSpec, seed: int) -> Any:
     return get_algo(spec.algo)(spec.policy, env, seed=seed, device="cpu", **kwargs)
 
 
+@functools.cache
+def code_version() -> str:
+    """The git commit of the working tree, with "+dirty" if ``agents/`` or ``tpo_gym/`` have edits.
+
+    Cached: the value when this process first ran a seed, i.e. when it imported the agents.
+    """
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "agents", "tpo_gym"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def run_task(task: Task) -> tuple[str, float]:
     """Train one seed, record its curves and write them atomically; returns (path, wall seconds)."""
     import torch
@@ -75,6 +94,7 @@ def run_task(task: Task) -> tuple[str, float]:
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=UserWarning)
+    code = code_version()
     start = time.perf_counter()
     spec = task.spec
     model = build_model(spec, task.seed)
@@ -85,7 +105,7 @@ def run_task(task: Task) -> tuple[str, float]:
     wall = time.perf_counter() - start
     meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
             "spec": asdict(spec), "fingerprint": spec.fingerprint(), "wall_s": wall,
-            "torch": torch.__version__, "python": platform.python_version()}
+            "torch": torch.__version__, "python": platform.python_version(), "code": code}
     save_seed(Path(task.path), recorder.arrays(), meta)
     return task.path, wall
 

@@ -48,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for name in names:
         experiment = get_experiment(name)
-        tasks = plan(experiment, out, args.smoke, args.n_seeds, args.episodes,
-                     _list(args.algorithms), _list(args.variants))
+        try:
+            tasks = plan(experiment, out, args.smoke, args.n_seeds, args.episodes,
+                         _list(args.algorithms), _list(args.variants))
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         print(f"== {name} ({experiment.paper}): {len(tasks)} seeds -> {out}/{name}", flush=True)
         if args.dry_run:
             for task in tasks:

@@ -45,6 +45,8 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
     grid = experiment.build(updates or size.updates, smoke)
     wanted_algos = set(algorithms) if algorithms else None
     wanted_variants = set(variants) if variants else None
+    _check_known("variant", wanted_variants, set(grid))
+    _check_known("algorithm", wanted_algos, {a for runs in grid.values() for a in runs})
     tasks = []
     for seed in range(n_seeds or size.seeds):
         for variant, runs in grid.items():
@@ -55,6 +57,12 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
                     path = seed_path(out, experiment.name, variant, algo, seed)
                     tasks.append(Task(experiment.name, variant, seed, spec, str(path)))
     return tasks
+
+
+def _check_known(kind: str, wanted: set[str] | None, known: set[str]) -> None:
+    unknown = sorted((wanted or set()) - known)
+    if unknown:
+        raise ValueError(f"unknown {kind}(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
 
 
 def build_model(spec: RunSpec, seed: int) -> Any:

@@ -150,3 +150,12 @@ def test_runner_writes_each_seed_resumes_and_reports(tmp_path, capsys):
     text = report("tabular_single", tmp_path, tmp_path / "figs", smoke=True)
     assert (tmp_path / "figs" / "tabular_single_smoke.png").stat().st_size > 0
     assert "steps to 1%" in text
+
+
+def test_plan_rejects_unknown_variants_and_algorithms(tmp_path):
+    experiment = get_experiment("vocab_sweep")
+    assert len(plan(experiment, tmp_path, n_seeds=1, variants=["V2"], algorithms=["tpo"])) == 1
+    with pytest.raises(ValueError, match="V3"):
+        plan(experiment, tmp_path, variants=["V3"])
+    with pytest.raises(ValueError, match="tpo_token"):
+        plan(experiment, tmp_path, algorithms=["tpo_token"])

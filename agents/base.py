@@ -341,7 +341,7 @@ class GroupAlgorithm(BaseAlgorithm):
         """
         first_logp = log_probs[:, 0]
         rewards = batch.token_rewards.sum(-1)
-        advantages = rewards - self.baseline_values(batch, rewards)
+        advantages = self.single_advantages(batch, rewards)
         per_sample = losses.onehot_scores(batch.actions[:, 0], advantages, first_logp.shape[-1])
         if self.n_tabular_contexts() is None:
             return first_logp, per_sample

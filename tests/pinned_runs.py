@@ -1,0 +1,95 @@
+"""The runs whose first updates ``tests/test_pinned.py`` pins (regenerate: ``python -m tests.pinned_runs``).
+
+Each run trains a small copy of a paper setting for 20 updates and records, per update, the task error
+before it (``rollout/task_error``), the loss and the first epoch's gradient norm. The numbers in
+``tests/data/pinned_updates.json`` were produced by the code before the core was reshaped into mode
+objects; the refactored code must reproduce them for the same seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch as th
+from stable_baselines3.common.logger import KVWriter, Logger
+
+import tpo_gym  # noqa: F401  (registers the envs)
+from agents.registry import get_algo
+
+N_UPDATES = 20
+KEYS = ("rollout/task_error", "train/loss", "train/grad_norm")
+PINNED = Path(__file__).parent / "data" / "pinned_updates.json"
+
+TOKENS = dict(sequence_length=5, vocab_size=2, reward="bag_of_tokens")
+TERMINAL = dict(sequence_length=4, vocab_size=2, reward="terminal")
+TRANSFORMER = dict(learning_rate=1e-3, batch_size=8, group_size=4)
+TOKEN, SINGLE, SEQUENCE = ({**TRANSFORMER, "group_mode": mode} for mode in ("token", "single", "sequence"))
+REVERSAL = "TPO/TokenReversal-v0"
+MNIST = dict(learning_rate=1e-3, batch_size=16, n_epochs=1, group_mode="single")
+BANDIT = dict(learning_rate=0.1, batch_size=100, n_epochs=1)
+ARMS, ONE_CONTEXT = {"n_arms": 10}, {**BANDIT, "group_mode": "single"}
+
+#: name -> (algo, env id, env kwargs, policy, algorithm kwargs)
+RUNS: dict[str, tuple[str, str, dict, str, dict]] = {
+    "token/tpo": ("tpo", REVERSAL, TOKENS, "TransformerPolicy", TOKEN),
+    "token/grpo": ("grpo", REVERSAL, TOKENS, "TransformerPolicy", TOKEN),
+    "token/dg": ("dg", REVERSAL, TOKENS, "TransformerPolicy", SINGLE),
+    "token/ppo": ("ppo", REVERSAL, TOKENS, "TransformerPolicy", SINGLE),
+    "sequence/tpo": ("tpo", REVERSAL, TERMINAL, "TransformerPolicy", SEQUENCE),
+    "sequence/grpo": ("grpo", REVERSAL, TERMINAL, "TransformerPolicy", SEQUENCE),
+    "mnist/tpo": ("tpo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
+    "mnist/grpo": ("grpo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", MNIST),
+    "mnist/dg": ("dg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
+    "mnist/pg": ("pg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
+    "mnist/group_pg": ("group_pg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
+    "mnist/ce": ("ce", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "group_mode": "population"}),
+    "bandit/tpo": ("tpo", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**ONE_CONTEXT, "baseline": 0.5}),
+    "bandit/grpo": ("grpo", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", ONE_CONTEXT),
+    "bandit/dg": ("dg", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**ONE_CONTEXT, "baseline": 0.5}),
+    "bandit/pg": ("pg", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**ONE_CONTEXT, "baseline": 0.5}),
+    **{
+        f"population/{algo}": (
+            algo, "TPO/MultiContextBandit-v0", {"n_contexts": 20, "n_arms": 5}, "TabularPolicy",
+            {**BANDIT, "group_mode": "population", "policy_kwargs": {"init": "normal"}},
+        )
+        for algo in ("tpo", "grpo", "dg", "pg", "ce")
+    },
+}
+
+
+class _Recorder(KVWriter):
+    """Keeps the pinned keys of every logger dump."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        self.rows.append({key: float(key_values[key]) for key in KEYS if key in key_values})
+
+
+def run(name: str, seed: int = 0) -> dict[str, list[float]]:
+    """The first :data:`N_UPDATES` updates of run ``name``: each pinned key as a list."""
+    th.set_num_threads(1)
+    algo, env_id, env_kwargs, policy, kwargs = RUNS[name]
+    model = get_algo(algo)(policy, gym.make(env_id, **env_kwargs), seed=seed, device="cpu", **kwargs)
+    recorder = _Recorder()
+    model.set_logger(Logger(folder=None, output_formats=[recorder]))
+    n_envs = model.env.num_envs
+    steps_per_update = n_envs * (env_kwargs.get("sequence_length", 1) if "Token" in env_id else 1)
+    model.learn(total_timesteps=N_UPDATES * steps_per_update)
+    rows = recorder.rows[:N_UPDATES]
+    assert len(rows) == N_UPDATES, (name, len(rows))
+    return {key: [row[key] for row in rows] for key in KEYS if key in rows[0]}
+
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or list(RUNS)
+    results = json.loads(PINNED.read_text()) if PINNED.exists() else {}
+    for name in names:
+        results[name] = run(name)
+        print(name, {k: v[:3] for k, v in results[name].items()})
+    PINNED.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")

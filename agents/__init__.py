@@ -1,4 +1,4 @@
-"""SB3-style agents for TPO and its group-based peers (see ``agents.registry`` for the zoo names)."""
+"""SB3-style agents for TPO and its group-based peers (see ``agents.zoo.registry`` for the zoo names)."""
 
 from agents.ce import CE
 from agents.dg import DG

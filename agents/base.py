@@ -40,7 +40,7 @@ from agents.rollout import (
     collect_token_groups,
     episode_log_probs,
 )
-from tpo_gym.vector import SB3VecEnv
+from tpo_gym.sb3 import SB3VecEnv
 
 GROUP_MODES = ("token", "sequence", "single", "population")
 MATCHES = ("prompts", "interactions")
@@ -57,7 +57,7 @@ def env_id_and_kwargs(env: str | gym.Env | VecEnv | gym.vector.VectorEnv) -> tup
     if spec is None:
         raise ValueError(
             f"cannot tell which env {env!r} is: pass a registered id such as 'TPO/TokenReversal-v0' "
-            "or an env made by gymnasium.make / gymnasium.make_vec / tpo_gym.vector.make_sb3_vec_env"
+            "or an env made by gymnasium.make / gymnasium.make_vec / tpo_gym.sb3.make_sb3_vec_env"
         )
     kwargs = {k: v for k, v in (spec.kwargs or {}).items() if k not in _VEC_ONLY_KWARGS}
     return spec.id, kwargs

@@ -1,7 +1,7 @@
 """What an experiment is: a table of runs (variant x algorithm), each run an agent of ``agents/`` on a
 ``tpo_gym`` env, repeated over seeds; and where each seed's curves live on disk.
 
-A ``RunSpec`` names the algorithm by its zoo name (``agents.registry``: ``tpo``, ``grpo_no_kl``,
+A ``RunSpec`` names the algorithm by its zoo name (``agents.zoo.registry``: ``tpo``, ``grpo_no_kl``,
 ``tpo_no_anchor``, ...; an ablation's defining keyword arguments come from the registry), the env id
 and its kwargs, the constructor keyword arguments and the number of updates. Per-seed curves are
 written to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` atomically, with the run's spec in

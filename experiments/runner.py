@@ -1,7 +1,7 @@
 """Multi-seed runner: plan the (variant, algorithm, seed) runs of an experiment, skip the finished ones,
 run the rest in ``n_jobs`` processes (spawn context, one torch thread each) and write each seed's curves.
 
-A run builds the agent exactly as the zoo does (``agents.registry``: the class of the zoo name plus
+A run builds the agent exactly as the zoo does (``agents.zoo.registry``: the class of the zoo name plus
 the keyword arguments that define an ablation, then the run's own keyword arguments), on the env made
 by ``gymnasium.make(env_id, **env_kwargs)``, with ``seed=k`` (seeds torch, numpy and the env).
 """
@@ -70,7 +70,7 @@ def build_model(spec: RunSpec, seed: int) -> Any:
     import gymnasium as gym
 
     import tpo_gym  # noqa: F401  (registers the envs)
-    from agents.registry import ablation_kwargs, get_algo
+    from agents.zoo.registry import ablation_kwargs, get_algo
 
     kwargs = {**ablation_kwargs(spec.algo), **spec.kwargs}
     env = gym.make(spec.env_id, **spec.env_kwargs)

@@ -18,7 +18,7 @@ import torch as th
 from stable_baselines3.common.logger import KVWriter, Logger
 
 import tpo_gym  # noqa: F401  (registers the envs)
-from agents.registry import get_algo
+from agents.zoo.registry import get_algo
 
 N_UPDATES = 20
 KEYS = ("rollout/task_error", "train/loss", "train/grad_norm")

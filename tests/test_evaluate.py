@@ -12,10 +12,10 @@ import pytest
 import torch
 import yaml
 
-from agents.evaluate import evaluate, main, run_env_kwargs
-from agents.hyperparams import ConfigError
-from agents.zoo import train
-from agents.zoo_envs import make_env
+from agents.zoo.envs import make_env
+from agents.zoo.evaluate import evaluate, main, run_env_kwargs
+from agents.zoo.hyperparams import ConfigError
+from agents.zoo.train import train
 
 torch.set_num_threads(1)
 

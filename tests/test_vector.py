@@ -13,7 +13,7 @@ from gymnasium.vector.utils import batch_space
 
 import tpo_gym  # noqa: F401  (registers the ids)
 from tpo_gym.envs.tokens import TokenTaskEnv
-from tpo_gym.vector import make_sb3_vec_env
+from tpo_gym.sb3 import make_sb3_vec_env
 
 CASES = [("TPO/KArmedBandit-v0", {"n_arms": 4, "correct_arm": 2}),
          ("TPO/MultiContextBandit-v0", {"n_contexts": 5, "n_arms": 3}),

@@ -16,10 +16,10 @@ import torch
 import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents import registry
-from agents.callbacks import atomic_save
-from agents.hyperparams import ConfigError
-from agents.zoo import configure, train
+from agents.zoo import registry
+from agents.zoo.callbacks import atomic_save
+from agents.zoo.hyperparams import ConfigError
+from agents.zoo.train import configure, train
 
 torch.set_num_threads(1)
 

@@ -48,7 +48,7 @@ SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
 #: Dict-valued keys that merge key by key across sources.
 MERGED_KEYS = ("env_kwargs", "eval_env_kwargs")
 #: Where a run without ``--hyperparams``/``--conf-file`` looks for ``<algo>.yml``.
-DEFAULT_DIRS = (Path("zoo_configs"), Path(__file__).resolve().parent.parent / "zoo_configs")
+DEFAULT_DIRS = (Path("zoo_configs"), Path(__file__).resolve().parents[2] / "zoo_configs")
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _OVERRIDE = re.compile(r"^([A-Za-z_]\w*):(.*)$", re.DOTALL)

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from agents import callbacks as cb
-from agents import hyperparams as hp
-from agents import registry
-from agents.zoo_envs import VEC_ENV_CLASSES, make_env, normalize_kwargs, normalized
+from agents.zoo import callbacks as cb
+from agents.zoo import hyperparams as hp
+from agents.zoo import registry
+from agents.zoo.envs import VEC_ENV_CLASSES, make_env, normalize_kwargs, normalized
 
 #: The evaluation env's seed is the run's seed plus this offset (distinct prompt streams).
 EVAL_SEED_OFFSET = 2**16

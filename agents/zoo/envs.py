@@ -1,6 +1,6 @@
 """Environment building for the zoo: the training and evaluation VecEnvs with their monitors.
 
-``TPO/`` envs are built natively batched (``tpo_gym.vector.make_sb3_vec_env``) and wrapped in
+``TPO/`` envs are built natively batched (``tpo_gym.sb3.make_sb3_vec_env``) and wrapped in
 ``VecMonitor``; any other Gymnasium env (or a ``TPO/`` env with an ``env_wrapper``) goes through
 SB3's ``make_vec_env``, one ``Monitor`` per sub-env, as the RL Zoo does.
 """
@@ -21,7 +21,7 @@ from stable_baselines3.common.vec_env import (
     VecNormalize,
 )
 
-from agents.registry import ENV_NAMESPACE
+from agents.zoo.registry import ENV_NAMESPACE
 
 VEC_ENV_CLASSES: dict[str, type[VecEnv]] = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}
 
@@ -34,9 +34,9 @@ def default_info_keywords(env_id: str) -> tuple[str, ...]:
 
 
 def _native_factory() -> Callable[..., VecEnv] | None:
-    """``tpo_gym.vector.make_sb3_vec_env`` if the installed ``tpo_gym`` has it."""
+    """``tpo_gym.sb3.make_sb3_vec_env`` if the installed ``tpo_gym`` has it."""
     try:
-        from tpo_gym.vector import make_sb3_vec_env
+        from tpo_gym.sb3 import make_sb3_vec_env
     except ImportError:
         return None
     return make_sb3_vec_env

@@ -1,0 +1,182 @@
+"""Evaluate a saved model: the task's error (and reward, success rate) over N episodes.
+
+    python -m agents.evaluate --algo tpo --env TokenReversal -f logs/ -n 1000
+    python -m agents.evaluate --algo tpo --env TokenReversal --model path/to/model.zip --deterministic
+
+The run folder is found as the zoo writes it (``<folder>/<algo>/<Env>_<N>``; ``--exp-id 0`` is the
+latest run); the env is rebuilt with the run's ``env_kwargs`` (plus its ``eval_env_kwargs``, e.g.
+MNIST's test split) from ``config.yml``/``args.yml``, then ``--env-kwargs`` on top. Actions are
+sampled (as the paper measures the token tasks) unless ``--deterministic`` (greedy) is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+from typing import Any
+
+import numpy as np
+import yaml
+
+from agents.zoo import registry
+from agents.zoo.callbacks import episode_task_error
+from agents.zoo.envs import make_env
+from agents.zoo.hyperparams import ConfigError, evaluated
+from agents.zoo.train import StoreDict, resolve
+
+
+def evaluate(model: Any, env: Any, n_episodes: int = 100, deterministic: bool = False) -> dict[str, Any]:
+    """Run ``n_episodes`` episodes of ``model`` on the VecEnv ``env``; return the error and reward statistics.
+
+    ``task_error`` is the mean over episodes of the final step's ``token_error`` (token tasks) or
+    ``1 - is_success`` (bandits, MNIST).
+    """
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    errors: list[float] = []
+    successes: list[float] = []
+
+    def collect(locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
+        if locals_["done"]:
+            info = locals_["info"]
+            error = episode_task_error(info)
+            if error is not None:
+                errors.append(error)
+            if "is_success" in info:
+                successes.append(float(info["is_success"]))
+
+    rewards, lengths = evaluate_policy(
+        model, env, n_eval_episodes=n_episodes, deterministic=deterministic, return_episode_rewards=True,
+        callback=collect, warn=False,
+    )  # fmt: skip
+    result: dict[str, Any] = {
+        "n_episodes": len(rewards),
+        "deterministic": deterministic,
+        "mean_reward": float(np.mean(rewards)),
+        "std_reward": float(np.std(rewards)),
+        "mean_ep_length": float(np.mean(lengths)),
+    }
+    if errors:
+        result.update(task_error=float(np.mean(errors)), task_error_std=float(np.std(errors)))
+    if successes:
+        result["success_rate"] = float(np.mean(successes))
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command line of ``python -m agents.evaluate`` (names as the RL Zoo's ``enjoy.py``)."""
+    p = argparse.ArgumentParser(prog="python -m agents.evaluate", description=__doc__.split("\n")[0])
+    p.add_argument("--algo", type=str, default="tpo", help="algorithm the model was trained with")
+    p.add_argument("--env", type=str, default="TPO/TokenReversal-v0", help="env id or short name")
+    p.add_argument(
+        "-f", "--folder", "--log-folder", dest="folder", type=str, default="logs", help="log folder"
+    )
+    p.add_argument("--exp-id", type=int, default=0, help="run number (0: latest)")
+    p.add_argument("--model", type=str, default="", help="a model .zip (instead of the run folder)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--load-best", action="store_true", help="load best_model.zip")
+    which.add_argument("--load-checkpoint", type=int, help="load rl_model_<N>_steps.zip")
+    which.add_argument("--load-last-checkpoint", action="store_true", help="load the latest checkpoint")
+    p.add_argument("-n", "--n-episodes", type=int, default=100, help="episodes to evaluate")
+    p.add_argument("--n-envs", type=int, default=1, help="envs evaluated in parallel")
+    p.add_argument("--deterministic", action="store_true", help="greedy actions (default: sampled)")
+    p.add_argument("--stochastic", dest="deterministic", action="store_false", help="sampled actions")
+    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation env")
+    p.add_argument("--device", type=str, default="auto", help="PyTorch device")
+    p.add_argument("--num-threads", type=int, default=1, help="torch threads (0 or less: torch's default)")
+    p.add_argument(
+        "--env-kwargs", type=str, nargs="+", action=StoreDict, default={}, help="key:value env kwargs"
+    )
+    p.add_argument(
+        "--gym-packages", type=str, nargs="+", default=[], help="modules to import (register envs)"
+    )
+    p.add_argument("--json", type=str, default="", help="also write the results to this JSON file")
+    return p
+
+
+def find_model(args: argparse.Namespace, algo: str, env_name: str) -> tuple[str, str | None]:
+    """The model zip to load and its run folder (``None`` for a bare ``--model``)."""
+    if args.model:
+        return args.model, None
+    from stable_baselines3.common.utils import get_latest_run_id
+
+    log_path = os.path.join(args.folder, algo)
+    run_id = args.exp_id if args.exp_id > 0 else get_latest_run_id(log_path, env_name)
+    run = os.path.join(log_path, f"{env_name}_{run_id}")
+    if args.load_best:
+        path = os.path.join(run, "best_model.zip")
+    elif args.load_checkpoint is not None:
+        path = os.path.join(run, f"rl_model_{args.load_checkpoint}_steps.zip")
+    elif args.load_last_checkpoint:
+        steps = [
+            re.search(r"rl_model_(\d+)_steps", p)
+            for p in glob.glob(os.path.join(run, "rl_model_*_steps.zip"))
+        ]
+        if not steps:
+            raise ConfigError(f"No checkpoint in {run}")
+        path = os.path.join(run, f"rl_model_{max(int(m.group(1)) for m in steps if m)}_steps.zip")
+    else:
+        path = os.path.join(run, f"{env_name}.zip")
+    if not os.path.isfile(path):
+        raise ConfigError(f"No model at {path}")
+    return path, run
+
+
+def run_env_kwargs(run: str | None, env_name: str) -> dict[str, Any]:
+    """The env kwargs a run trained with, plus its evaluation kwargs (from config.yml and args.yml)."""
+    kwargs: dict[str, Any] = {}
+    if run is None:
+        return kwargs
+    data = []
+    for name in ("config.yml", "args.yml"):
+        path = os.path.join(run, env_name, name)
+        if os.path.isfile(path):
+            with open(path) as f:
+                data.append(yaml.safe_load(f) or {})
+    for key in ("env_kwargs", "eval_env_kwargs"):
+        for entry in data:
+            kwargs.update(evaluated(entry.get(key) or {}))
+    return kwargs
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate the model chosen by ``argv`` and print (and return) the results."""
+    import torch
+    from stable_baselines3.common.utils import set_random_seed
+
+    args = build_parser().parse_args(argv)
+    if args.num_threads > 0:
+        torch.set_num_threads(args.num_threads)
+    algo, env_id, algo_class = resolve(args)
+    env_name = registry.env_file_name(env_id)
+    path, run = find_model(args, algo, env_name)
+    env_kwargs = {**run_env_kwargs(run, env_name), **args.env_kwargs}
+    model = algo_class.load(path, device=args.device)
+    set_random_seed(args.seed)  # sampled actions repeat for one seed
+    env = make_env(env_id, args.n_envs, args.seed, env_kwargs)
+    try:
+        result = {"model": path, "env_id": env_id, "env_kwargs": env_kwargs}
+        result.update(evaluate(model, env, args.n_episodes, args.deterministic))
+    finally:
+        env.close()
+    mode = "greedy" if args.deterministic else "sampled"
+    error = result.get("task_error", float("nan"))
+    print(f"{env_id} | {path}\n{result['n_episodes']} episodes ({mode}): task error {error:.4f}")
+    print(f"mean reward {result['mean_reward']:.4f} +/- {result['std_reward']:.4f}")
+    if "success_rate" in result:
+        print(f"success rate {result['success_rate']:.4f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2, default=str)
+    return result
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ConfigError as err:
+        sys.exit(f"error: {err}")

@@ -218,20 +218,31 @@ class GroupAlgorithm(BaseAlgorithm):
     # ----------------------------------------------------------------------------------- loop
     def learn(
         self,
-        total_timesteps: int,
+        total_timesteps: int | None = None,
         callback: MaybeCallback = None,
         log_interval: int = 1,
         tb_log_name: str | None = None,
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
+        n_iterations: int | None = None,
     ) -> GroupAlgorithm:
-        """Collect a batch of groups, take ``n_epochs`` optimizer steps on it, log; repeat."""
+        """Collect a batch of groups, take ``n_epochs`` optimizer steps on it, log; repeat.
+
+        Give ``total_timesteps`` (env interactions, SB3's budget) or ``n_iterations`` (an exact number
+        of updates: collect + train cycles, SB3's ``time/iterations``), not both.
+        """
+        if (total_timesteps is None) == (n_iterations is None):
+            raise ValueError("learn() takes total_timesteps or n_iterations (exactly one of them)")
+        if n_iterations is not None:
+            if not isinstance(n_iterations, int) or n_iterations < 1:
+                raise ValueError(f"n_iterations must be a positive integer, got {n_iterations!r}")
+            total_timesteps = n_iterations * self.interactions_per_iteration()
         iteration = 0
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
         )
         callback.on_training_start(locals(), globals())
-        while self.num_timesteps < total_timesteps:
+        while self.num_timesteps < total_timesteps and (n_iterations is None or iteration < n_iterations):
             batch = self.collect(callback)
             if batch is None:
                 break
@@ -242,6 +253,12 @@ class GroupAlgorithm(BaseAlgorithm):
                 self._dump_logs(iteration)
         callback.on_training_end()
         return self
+
+    def interactions_per_iteration(self) -> int:
+        """Env interactions (``num_timesteps``) that one collection adds."""
+        if self.group_mode == "population":
+            return self.vector_env.num_envs
+        return self.vector_env.num_envs * self.vector_env.unwrapped.task.horizon
 
     def collect(self, callback: BaseCallback) -> Batch | None:
         """One batch of groups in this algorithm's mode; None if a callback stopped training.

@@ -1,4 +1,4 @@
-"""The supervised cross-entropy oracle (spec 2.5, 2.6): the target every RL method chases.
+"""The supervised cross-entropy oracle (paper Sec. 3.1-3.3): the target every RL method chases.
 
 The env scores every action at each context; the correct action y = argmax_a r(a) is the label,
 
@@ -16,18 +16,16 @@ import torch as th
 
 from agents import losses
 from agents.base import GroupAlgorithm
+from agents.modes import ExactView
 
 
 class CE(GroupAlgorithm):
     """Cross-entropy on the env's correct actions, with the SB3 API (an oracle, not an RL method)."""
 
-    group_modes = ("population",)
+    default_mode = "population"
 
     def __init__(self, policy: Any, env: Any, n_epochs: int = 1, **kwargs: Any) -> None:
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
-    def prepare(self, batch: Any) -> dict[str, th.Tensor]:
-        return {"labels": batch.rewards.argmax(-1)}
-
-    def loss(self, batch: Any, frozen: dict[str, th.Tensor], log_probs: th.Tensor) -> tuple[th.Tensor, dict]:
-        return losses.ce_loss(log_probs, frozen["labels"]), {}
+    def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
+        return losses.ce_loss(view.log_probs, view.rewards.argmax(-1)), {}

@@ -4,25 +4,55 @@ Every loss is to be minimised and works for any policy (logit table, MLP, transf
 
 Shapes
 ------
-* Grouped losses take groups shaped ``[..., K]``: any leading group axes (``[B, K]`` for
-  sequence-level groups, ``[B, H, K]`` for token-level groups), the K candidates on the last axis.
-  ``L`` is a candidate's log-score under the policy (sequence log-prob, token log-prob, or any
-  unnormalised log-score) and ``s`` its raw score. "mean over groups" = mean over all leading axes.
-* Single-sample losses take per-token log-probs ``logp`` shaped ``[B, T]`` (``[B]`` or ``[B, 1]`` for
-  bandits) and reduce as "sum over every axis after the first, mean over the batch axis".
+* Grouped losses take groups shaped ``[..., K]`` with at least one group axis (``[B, K]`` for
+  sequence-level groups, ``[B, H, K]`` for token-level groups, ``[1, K]`` for one group), the K
+  candidates on the last axis, and reduce as "sum over K, mean over the groups"; a 1-D tensor is
+  rejected rather than guessed. ``L`` is a candidate's log-score under the policy (sequence
+  log-prob, token log-prob, or any unnormalised log-score) and ``s`` its raw score.
+* Single-sample losses take per-token log-probs ``logp`` shaped ``[B, T]`` (``[B]`` for bandits) and
+  reduce as "sum over every axis after the first, mean over the batch axis". Advantages (and
+  weights) have ``logp``'s shape, or ``[B]``: one value per sequence, the same as ``[B, 1]``.
+* Exact (population) updates weight every action of the action set by ``pi_old(a)``: the
+  single-sample losses take those probabilities as ``weights``.
 
-Notation follows the paper: ``sg`` = stop-gradient (``detach``), popstd = population std (divide by N).
+Notation follows the paper (arXiv 2604.06159, Sec. 2): ``sg`` = stop-gradient (``detach``),
+popstd = population std (divide by N). docs/algorithms.md states every formula with its choices.
 """
 
 import torch
 import torch.nn.functional as F
 
+#: The tabular runs' surprisal guard, l = -log(pi(a) + 1e-30), in the exact multi-context update.
+TABULAR_SURPRISAL_EPS = 1e-30
 
-def _mean_batch_sum_rest(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+
+def _mean_batch_sum_rest(x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """Sum over every axis after the first (tokens), mean over the first (batch) axis."""
-    if mask is not None:
-        x = x * mask
+    if weights is not None:
+        x = x * weights
     return x.reshape(x.shape[0], -1).sum(1).mean()
+
+
+def per_token(values: torch.Tensor, logp: torch.Tensor, name: str = "advantages") -> torch.Tensor:
+    """``values`` shaped like ``logp`` ``[B, T]``: ``[B]`` (one value per sequence) means ``[B, 1]``.
+
+    Any other shape raises ``ValueError`` naming both shapes (no silent broadcasting across axes).
+    """
+    if values.shape == logp.shape:
+        return values
+    if logp.dim() == 2 and values.shape == logp.shape[:1]:
+        return values.unsqueeze(-1)
+    raise ValueError(
+        f"{name} {tuple(values.shape)} must be shaped like the log-probs {tuple(logp.shape)} "
+        f"or [B] = {tuple(logp.shape[:1])} (one value per sequence)"
+    )
+
+
+def _check_groups(x: torch.Tensor, name: str = "log-scores") -> None:
+    if x.dim() < 2:
+        raise ValueError(
+            f"{name} must be shaped [n_groups..., K]; got {tuple(x.shape)}: pass one group as [1, K]"
+        )
 
 
 def _popstd(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -48,7 +78,7 @@ def check_scores(scores: torch.Tensor, logscores: torch.Tensor | None = None) ->
 
 
 def standardize(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
-    """Within-group score standardisation u(s) over the last axis K (spec 1.1).
+    """Within-group score standardisation u(s) over the last axis K (paper Sec. 2, App. A).
 
     c = s - mean_K s,  sigma = popstd_K s;  u = c / sigma if sigma > threshold else c.
     No epsilon is added; a group of equal scores gives u = 0 exactly.
@@ -66,7 +96,7 @@ def zero_variance_groups(scores: torch.Tensor, threshold: float = 1e-6) -> torch
 def tpo_target(
     old_logscores: torch.Tensor, scores: torch.Tensor, eta: float = 1.0, anchor: bool = True
 ) -> torch.Tensor:
-    """TPO target q over the K candidates of each group (paper Eq. 2, spec 1.2), detached.
+    """TPO target q over the K candidates of each group (paper Sec. 2), detached.
 
     anchored:  q = softmax_K( log_softmax_K(sg L_old) + u(s) / eta )
     no anchor: q = softmax_K( u(s) / eta )
@@ -81,20 +111,22 @@ def tpo_target(
 
 
 def tpo_loss(logscores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """TPO cross-entropy to the frozen target (paper Eq. 3, spec 1.3).
+    """TPO cross-entropy to the frozen target (paper Sec. 2).
 
     loss = mean_groups [ - sum_K q_i log p_i ],  p = softmax_K(L_theta).
     Gradient w.r.t. the group logscores: (p - q) / n_groups. Duplicate candidates stay separate entries.
     """
+    _check_groups(logscores)
     return -(target.detach() * torch.log_softmax(logscores, -1)).sum(-1).mean()
 
 
 def group_pg_loss(logscores: torch.Tensor, scores: torch.Tensor, eta: float = 1.0) -> torch.Tensor:
-    """Group PG, TPO's same-signal scalar ablation (spec 2.2).
+    """Group PG, TPO's same-signal scalar ablation (paper Sec. 3.7).
 
     loss = - mean_groups sum_K sg(u(s)/eta) * L_theta   (L_theta not renormalised over the group).
     """
     check_scores(scores, logscores)
+    _check_groups(logscores)
     weights = standardize(scores.detach()) / eta
     return -(weights * logscores).sum(-1).mean()
 
@@ -117,7 +149,7 @@ def grpo_loss(
     beta: float = 0.04,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Clipped GRPO with a k3 KL to the rollout snapshot (spec 2.2, 2.3).
+    """Clipped GRPO with a k3 KL to the rollout snapshot (paper Sec. 3.4, 3.6).
 
     lambda = clip(L_theta - sg L_old, -20, 20),  rho = exp(lambda),  kl = exp(-lambda) + lambda - 1,
     loss = - mean_groups sum_K [ min(rho A, clip(rho, 1-eps, 1+eps) A) - beta kl ].
@@ -125,6 +157,7 @@ def grpo_loss(
     ``mask`` (bool ``[...]``, one entry per group; GRPO-masked): only the groups where it is True count,
     and the sum over them is divided by max(1, #True) instead of the number of groups.
     """
+    _check_groups(logscores)
     log_ratio = (logscores - old_logscores.detach()).clamp(-20.0, 20.0)
     ratio = log_ratio.exp()
     advantages = advantages.detach()
@@ -141,11 +174,32 @@ def grpo_loss(
 
 
 def position_baseline_advantages(rewards: torch.Tensor) -> torch.Tensor:
-    """Per-token advantage with the batch-mean baseline at the same position (spec 2.1).
+    """Per-token advantage with the batch-mean baseline at the same position (paper Sec. 3.4, PPO/DG).
 
     A[b, t] = r[b, t] - mean_b r[:, t]   (no return-to-go, no critic).
     """
     return rewards - rewards.mean(0, keepdim=True)
+
+
+def baseline_advantages(
+    rewards: torch.Tensor, baseline: str | float, old_log_probs: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A = r - b for the single-sample methods, ``rewards`` ``[B]`` or ``[B, T]``.
+
+    ``"batch_mean"``: b = mean_b r at the same position (:func:`position_baseline_advantages`);
+    ``"expected"``: b = sum_k pi_old(k)^2 per sample (:func:`expected_baseline`, the MNIST baseline;
+    needs ``old_log_probs`` ``[B, A]`` of the first step); a number: the constant b (0.5 on the tabular runs).
+    """
+    if baseline == "batch_mean":
+        return position_baseline_advantages(rewards)
+    if baseline == "expected":
+        if old_log_probs is None:
+            raise ValueError("the 'expected' baseline needs the behaviour log-probs [B, A]")
+        b = expected_baseline(old_log_probs)
+        return rewards - b.reshape(-1, *([1] * (rewards.dim() - 1)))
+    if isinstance(baseline, str):
+        raise ValueError(f"baseline={baseline!r}: use 'batch_mean', 'expected' or a number")
+    return rewards - float(baseline)
 
 
 def batch_standardized_advantages(
@@ -153,8 +207,8 @@ def batch_standardized_advantages(
 ) -> torch.Tensor:
     """Rewards standardised across the batch axis 0, the paper's single-sample "GRPO".
 
-    MNIST (spec 2.5):   A = (r - mean_B r) / (popstd_B r + eps)
-    tabular (spec 2.6): A = (r - mean_B r) / sqrt(mean_B (r - mean_B r)^2 + eps)   (eps_inside_sqrt=True)
+    MNIST (paper Sec. 3.3):   A = (r - mean_B r) / (popstd_B r + eps)
+    tabular (paper Sec. 3.1): A = (r - mean_B r) / sqrt(mean_B (r - mean_B r)^2 + eps)  (eps_inside_sqrt)
     """
     centred = rewards - rewards.mean(0, keepdim=True)
     variance = centred.pow(2).mean(0, keepdim=True)
@@ -163,26 +217,60 @@ def batch_standardized_advantages(
 
 
 def expected_baseline(log_probs: torch.Tensor) -> torch.Tensor:
-    """MNIST PG/DG baseline b = sum_k pi_k^2 over the last (action) axis, sg (spec 2.5); shape ``[B]``."""
+    """MNIST PG/DG baseline b = sum_k pi_k^2 over the last (action) axis, sg (paper Sec. 3.3), ``[B]``."""
     return log_probs.detach().exp().pow(2).sum(-1)
+
+
+def policy_standardized_advantages(
+    old_log_probs: torch.Tensor, rewards: torch.Tensor, eps: float = 1e-8
+) -> torch.Tensor:
+    """Rewards of every action standardised under the policy itself, over the last (action) axis.
+
+    A_a = (r_a - E_pi r) / sqrt(Var_pi r + eps), pi = exp(old_log_probs): the exact expectation of the
+    single-sample "GRPO" on the multi-context bandit (paper Sec. 3.2), whose step is then
+    sqrt(p / (1 - p)) (e_y - pi) for p = E_pi r.
+    """
+    pi = old_log_probs.detach().exp()
+    mean = (pi * rewards).sum(-1, keepdim=True)
+    variance = (pi * (rewards - mean).pow(2)).sum(-1, keepdim=True)
+    return (rewards - mean) / (variance + eps).sqrt()
 
 
 def onehot_scores(actions: torch.Tensor, advantages: torch.Tensor, n_actions: int) -> torch.Tensor:
     """Single-sample TPO score vector over the whole action set: s = A * onehot(a), ``[B, n_actions]``.
 
-    MNIST (spec 2.5) uses it per image; u = standardize(s) is then (+3, -1/3 ...) if A > 0 and
+    MNIST (paper Sec. 3.3) uses it per image; u = standardize(s) is then (+3, -1/3 ...) if A > 0 and
     (-3, +1/3 ...) if A < 0 for 10 actions. The tabular single-context arm scores are its batch mean,
-    ``onehot_scores(a, A, K).mean(0)`` (spec 2.6).
+    ``onehot_scores(a, A, K).mean(0)`` (paper Sec. 3.1).
     """
     return advantages.detach().unsqueeze(-1) * F.one_hot(actions, n_actions).to(advantages.dtype)
 
 
-def pg_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """REINFORCE: loss = - mean_b sum_t sg(A[b,t]) * logp[b,t]; any baseline is already in A.
+def context_mean_scores(scores: torch.Tensor, contexts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Average the per-sample score vectors ``[N, A]`` of the samples that share a context.
 
-    ``mask`` (same shape as ``logp``) zeroes padding tokens.
+    S_c = (1/n_c) sum_{i: c_i = c} s_i, one group per distinct context (the tabular runs, paper
+    Sec. 3.1-3.2). Returns ``(S [C, A], first [C])``, ``first`` the row of each context's first sample
+    (whose log-probs stand for the context), contexts in increasing order.
     """
-    return -_mean_batch_sum_rest(advantages.detach() * logp, mask)
+    unique, inverse = torch.unique(contexts, return_inverse=True)
+    total = scores.new_zeros(len(unique), scores.shape[-1]).index_add_(0, inverse, scores)
+    counts = scores.new_zeros(len(unique)).index_add_(0, inverse, scores.new_ones(len(inverse)))
+    rows = torch.arange(len(inverse), device=inverse.device)
+    first = torch.full_like(unique, len(inverse)).scatter_reduce_(0, inverse, rows, reduce="amin")
+    return total / counts.unsqueeze(-1), first
+
+
+def pg_loss(
+    logp: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """REINFORCE: loss = - mean_b sum_t w[b,t] sg(A[b,t]) logp[b,t]; any baseline is already in A.
+
+    ``weights`` (like ``logp``, or ``[B]``): a 0/1 mask of padding tokens, or pi_old(a) over a whole
+    action set for the exact expected update; None means 1.
+    """
+    advantages = per_token(advantages.detach(), logp)
+    return -_mean_batch_sum_rest(advantages * logp, _weights(weights, logp))
 
 
 def ppo_loss(
@@ -190,22 +278,36 @@ def ppo_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     clip_range: float = 0.2,
-    mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-token clipped PPO surrogate without critic or KL (spec 2.1).
+    """Per-token clipped PPO surrogate without critic or KL (paper Sec. 3.4).
 
     rho = exp(logp - sg old_logp) (unclamped),
-    loss = - mean_b sum_t min(rho A, clip(rho, 1-eps, 1+eps) A).  ``mask`` zeroes padding tokens.
+    loss = - mean_b sum_t w min(rho A, clip(rho, 1-eps, 1+eps) A); ``weights`` as in :func:`pg_loss`.
     """
     ratio = (logp - old_logp.detach()).exp()
-    advantages = advantages.detach()
+    advantages = per_token(advantages.detach(), logp)
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_range, 1 + clip_range) * advantages)
-    return -_mean_batch_sum_rest(surrogate, mask)
+    return -_mean_batch_sum_rest(surrogate, _weights(weights, logp))
 
 
 def dg_gate(advantages: torch.Tensor, surprisal: torch.Tensor, eta: float = 1.0) -> torch.Tensor:
-    """Delightful Gradient gate w = sigmoid(U * l / eta), elementwise (spec 1.4)."""
+    """Delightful Gradient gate w = sigmoid(U * l / eta), elementwise (paper Sec. 3)."""
     return torch.sigmoid(advantages * surprisal / eta)
+
+
+def dg_weights(
+    logp: torch.Tensor, advantages: torch.Tensor, eta: float = 1.0, surprisal_eps: float = 0.0
+) -> torch.Tensor:
+    """The Delightful Gradient's per-token weight sg(sigmoid(A l / eta) A), like ``logp``.
+
+    l = -log(pi(a) + surprisal_eps) at the current parameters (sg; the exact tabular update uses
+    eps = :data:`TABULAR_SURPRISAL_EPS`, elsewhere l = -logp).
+    """
+    logp_now = logp.detach()
+    surprisal = -torch.log(logp_now.exp() + surprisal_eps) if surprisal_eps > 0 else -logp_now
+    advantages = per_token(advantages.detach(), logp)
+    return dg_gate(advantages, surprisal, eta) * advantages
 
 
 def dg_loss(
@@ -213,17 +315,19 @@ def dg_loss(
     advantages: torch.Tensor,
     eta: float = 1.0,
     surprisal_eps: float = 0.0,
-    mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Delightful Gradient (spec 1.4, 2.1, 2.5, 2.6).
+    """Delightful Gradient (paper Sec. 2, Eq. for DG; Sec. 3.1-3.4).
 
-    l = -log(pi(a) + surprisal_eps) at the current parameters (sg; the tabular runs use eps = 1e-30),
-    loss = - mean_b sum_t sg(sigmoid(A l / eta) * A) * logp.  ``mask`` zeroes padding tokens.
+    loss = - mean_b sum_t w sg(sigmoid(A l / eta) A) logp, with l as in :func:`dg_weights` and
+    ``weights`` as in :func:`pg_loss`.
     """
-    logp_now = logp.detach()
-    surprisal = -torch.log(logp_now.exp() + surprisal_eps) if surprisal_eps > 0 else -logp_now
-    weights = dg_gate(advantages.detach(), surprisal, eta) * advantages.detach()
-    return -_mean_batch_sum_rest(weights * logp, mask)
+    delight = dg_weights(logp, advantages, eta, surprisal_eps)
+    return -_mean_batch_sum_rest(delight * logp, _weights(weights, logp))
+
+
+def _weights(weights: torch.Tensor | None, logp: torch.Tensor) -> torch.Tensor | None:
+    return None if weights is None else per_token(weights, logp, "weights")
 
 
 def ce_loss(log_probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -236,10 +340,29 @@ def ce_loss(log_probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
-    """k3 estimate of KL(pi_old || pi_theta): mean of exp(-lambda) + lambda - 1, lambda = logp - old_logp."""
-    log_ratio = logp - old_logp
-    return (torch.exp(-log_ratio) + log_ratio - 1).mean()
+def policy_kl(old_log_probs: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
+    """Exact KL(pi_old || pi_theta) over the action set (last axis), averaged over the states.
+
+    KL = mean_states sum_a pi_old(a) (log pi_old(a) - log pi_theta(a)); logged as ``train/approx_kl``.
+    """
+    return (old_log_probs.exp() * (old_log_probs - log_probs)).sum(-1).mean()
+
+
+@torch.no_grad()
+def group_diagnostics(scores: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Fractions of the groups ``[..., K]`` where every candidate failed (no score > 0) and where the
+    scores carry no signal (popstd_K s <= 1e-6), the all-fail and zero-variance diagnostics.
+    """
+    return {
+        "all_fail_frac": (~(scores > 0).any(-1)).float().mean(),
+        "zero_variance_frac": zero_variance_groups(scores).float().mean(),
+    }
+
+
+@torch.no_grad()
+def target_gap(logscores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """mean |p - q| over all candidates, p = softmax_K(L): how far the policy is from the TPO target."""
+    return (logscores.log_softmax(-1).exp() - target).abs().mean()
 
 
 @torch.no_grad()
@@ -250,7 +373,7 @@ def clip_fraction(logp: torch.Tensor, old_logp: torch.Tensor, clip_range: float 
 
 @torch.no_grad()
 def target_mass(weights: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean weight per winning and per losing candidate over the whole batch (spec 5, weight_winners/losers).
+    """Mean weight per winning and per losing candidate over the whole batch (paper Sec. 4.2).
 
     winners = candidates with score > 0 (successful), losers = the rest;
     returns (sum of weights on winners / max(1, #winners), sum on losers / max(1, #losers)).

@@ -1,10 +1,10 @@
 """Policy-gradient baselines: REINFORCE with a baseline (``PG``) and Group PG (``GroupPG``).
 
-PG:        loss = - mean_b sum_t sg(r - b) log pi_theta(a_t)       (spec 2.1, 2.5, 2.6)
-           population mode: the exact sum_a pi(a) r_a log pi(a) gradient, i.e. p (e_y - pi).
+PG:        loss = - mean_b sum_t sg(r - b) log pi_theta(a_t)       (paper Sec. 3.1-3.3)
+           exact (population mode): sum_a pi_old(a) r_a log pi(a), i.e. the step p (e_y - pi).
 Group PG:  TPO's same-signal ablation, scalar weights a = sg(u(s) / eta) on each candidate's
-           log-score, loss = - mean_groups sum_i a_i L_theta,i (spec 2.2); on MNIST the weight of the
-           sampled action is u at that action (+-3, spec 2.5).
+           log-score, loss = - mean_groups sum_i a_i L_theta,i (paper Sec. 3.7); with one sample
+           (MNIST) the weight of the sampled action is u at that action of s = A onehot(a) (+-3).
 """
 
 from __future__ import annotations
@@ -15,25 +15,22 @@ import torch as th
 
 from agents import losses
 from agents.base import GroupAlgorithm
+from agents.modes import ExactView, GroupView, SampleView
 
 
 class PG(GroupAlgorithm):
     """REINFORCE with a baseline (batch mean per position, expected sum pi^2, or a constant)."""
 
-    group_modes = ("single", "population")
+    default_mode = "single"
 
     def __init__(self, policy: Any, env: Any, n_epochs: int = 1, **kwargs: Any) -> None:
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
-    def prepare(self, batch: Any) -> dict[str, th.Tensor]:
-        if self.group_mode == "population":
-            return {"advantages": batch.old_log_probs.exp() * batch.rewards}
-        _, rewards = self.sample_view(batch, batch.old_log_probs)
-        return {"advantages": self.single_advantages(batch, rewards)}
+    def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
+        return losses.pg_loss(view.logp, view.advantages), {}
 
-    def loss(self, batch: Any, frozen: dict[str, th.Tensor], log_probs: th.Tensor) -> tuple[th.Tensor, dict]:
-        logp = log_probs if self.group_mode == "population" else self.sample_view(batch, log_probs)[0]
-        return losses.pg_loss(logp, frozen["advantages"]), {}
+    def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
+        return losses.pg_loss(view.log_probs, view.rewards, weights=view.old_probs), {}
 
 
 class GroupPG(GroupAlgorithm):
@@ -42,24 +39,15 @@ class GroupPG(GroupAlgorithm):
     :param eta: temperature dividing the standardised scores.
     """
 
-    group_modes = ("token", "sequence", "single")
-
     def __init__(self, policy: Any, env: Any, eta: float = 1.0, **kwargs: Any) -> None:
         self.eta = eta
         super().__init__(policy, env, **kwargs)
 
-    def prepare(self, batch: Any) -> dict[str, th.Tensor]:
-        if self.group_mode != "single":
-            return {"scores": self.group_view(batch, batch.old_log_probs)[1]}
-        rewards = batch.token_rewards.sum(-1)
-        n_actions = batch.old_log_probs.shape[-1]
-        scores = losses.onehot_scores(batch.actions[:, 0], self.single_advantages(batch, rewards), n_actions)
-        u = losses.standardize(scores) / self.eta
-        return {"advantages": u.gather(-1, batch.actions[:, :1])}
+    def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
+        return losses.group_pg_loss(view.logscores, view.scores, self.eta), {}
 
-    def loss(self, batch: Any, frozen: dict[str, th.Tensor], log_probs: th.Tensor) -> tuple[th.Tensor, dict]:
-        if self.group_mode == "single":
-            logp, _ = self.sample_view(batch, log_probs)
-            return losses.pg_loss(logp, frozen["advantages"]), {}
-        logscores, _ = self.group_view(batch, log_probs)
-        return losses.group_pg_loss(logscores, frozen["scores"], self.eta), {}
+    def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
+        first = view.actions[:, 0]
+        u = losses.standardize(losses.onehot_scores(first, view.sequence_advantages, view.n_actions))
+        weights = u.gather(-1, first.unsqueeze(-1)).squeeze(-1) / self.eta
+        return losses.pg_loss(view.logp, weights), {}

@@ -1,4 +1,4 @@
-"""The paper's critic-free PPO (spec 2.1, 11.5); Stable-Baselines3's PPO stays available as ``sb3_ppo``.
+"""The paper's critic-free PPO (paper Sec. 3.4); Stable-Baselines3's PPO stays available as ``sb3_ppo``.
 
 One sampled episode per context, per-token advantage with the batch-mean baseline at the same
 position, A[b,t] = r[b,t] - mean_b r[., t] (no critic, no GAE, no return-to-go), and
@@ -14,26 +14,23 @@ import torch as th
 
 from agents import losses
 from agents.base import GroupAlgorithm
+from agents.modes import SampleView
 
 
 class PPO(GroupAlgorithm):
     """Critic-free clipped PPO with the SB3 API.
 
-    :param clip_range: epsilon of the clipped ratio.
+    :param clip_range: epsilon of the clipped ratio (a float or an SB3 schedule, e.g. ``lin_0.2``).
     """
 
-    group_modes = ("single",)
+    default_mode = "single"
+    schedules = ("clip_range",)
 
-    def __init__(self, policy: Any, env: Any, clip_range: float = 0.2, **kwargs: Any) -> None:
+    def __init__(self, policy: Any, env: Any, clip_range: float | Any = 0.2, **kwargs: Any) -> None:
         self.clip_range = clip_range
         super().__init__(policy, env, **kwargs)
 
-    def prepare(self, batch: Any) -> dict[str, th.Tensor]:
-        old_logp, rewards = self.sample_view(batch, batch.old_log_probs)
-        return {"old": old_logp, "advantages": self.single_advantages(batch, rewards)}
-
-    def loss(self, batch: Any, frozen: dict[str, th.Tensor], log_probs: th.Tensor) -> tuple[th.Tensor, dict]:
-        logp, _ = self.sample_view(batch, log_probs)
-        old, advantages = frozen["old"], frozen["advantages"]
-        stats = {"clip_fraction": losses.clip_fraction(logp.detach(), old, self.clip_range)}
-        return losses.ppo_loss(logp, old, advantages, self.clip_range), stats
+    def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
+        clip_range = self.scheduled("clip_range")
+        stats = {"clip_fraction": losses.clip_fraction(view.logp.detach(), view.old_logp, clip_range)}
+        return losses.ppo_loss(view.logp, view.old_logp, view.advantages, clip_range), stats

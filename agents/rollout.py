@@ -1,14 +1,13 @@
-"""Group collection: turn a natively batched ``tpo_gym`` vector env and a policy into tensors.
+"""Batched stepping for the collection modes (``agents.modes``): a ``tpo_gym`` vector env and a policy
+in, tensors out.
 
-Three ways to collect, chosen by the algorithm (never by the env's class), see design.md:
-
-* ``collect_token_groups``  (mode ``token``): one behaviour trajectory per context; at each prefix
+* ``collect_token_groups``  (token mode): one behaviour trajectory per context; at each prefix
   state x_t draw K next-action candidates a_{t,1..K} ~ pi_old(.|x_t) (with replacement, candidate 1
   is the behaviour action), let the env score them without stepping, then step with candidate 1.
-* ``collect_episodes``      (modes ``sequence`` and ``single``): K full episodes per context; the
-  env resets blocks of K sub-envs to one shared context (K = 1 is the single-sample case).
-* ``collect_population``    (mode ``population``): every action of every context, scored exactly,
-  for the tabular multi-context experiment's exact (expected) update.
+* ``collect_episodes``      (sequence and single modes): K full episodes per context; the env resets
+  blocks of K sub-envs to one shared context (K = 1 is the single-sample case).
+* ``collect_population``    (population mode): every action of every context, scored exactly, for
+  the tabular multi-context experiment's exact (expected) update.
 
 Everything is batched: one policy forward per time step for all contexts x K, numpy env steps,
 no Python loop over sub-envs, candidates or groups.
@@ -23,6 +22,8 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
+from agents.policies.protocols import ActionPolicy, SequencePolicy
+
 StepHook = Callable[[int], bool]
 """Called after every env step with the number of interactions it made; False stops collection."""
 
@@ -31,7 +32,7 @@ StepHook = Callable[[int], bool]
 class Episodes:
     """``n_contexts * group_size`` episodes of ``T`` steps, context-major (rows bK..bK+K-1 share context b).
 
-    ``token_rewards`` are the per-step rewards r_t of spec 3.4 (for the token tasks the env's
+    ``token_rewards`` are the per-step rewards r_t (paper Sec. 3.4; for the token tasks the env's
     ``info["token_rewards"]``; terminal reward copies the exact-match flag to every position).
     """
 
@@ -81,15 +82,15 @@ def sample_actions(log_probs: th.Tensor, n: int) -> th.Tensor:
 class _StepLogProbs:
     """log pi(.|x_t) along the trajectories of a batch, one call per step.
 
-    A policy with ``decode_start``/``decode_next``/``select_cache`` (the transformer) decodes
-    incrementally with a KV cache, once per *distinct* prefix: sequences that share their prompt and
+    A :class:`SequencePolicy` (the transformer) decodes incrementally with a KV cache, once per
+    *distinct* prefix: sequences that share their prompt and
     the tokens so far (K completions of one prompt, or small vocabularies) have the same next-token
     distribution, so it is computed once and gathered (exact). Any other policy reads the observation.
     """
 
-    def __init__(self, policy, prompts: np.ndarray | None) -> None:
+    def __init__(self, policy: ActionPolicy, prompts: np.ndarray | None) -> None:
         self.policy, self.cache, self.t = policy, None, 0
-        self.prompts = prompts if hasattr(policy, "decode_start") else None
+        self.prompts = prompts if isinstance(policy, SequencePolicy) else None
         self.prefix: th.Tensor | None = None  # [N] index of each sequence's distinct prefix
 
     def __call__(self, obs: th.Tensor, previous_actions: th.Tensor | None) -> th.Tensor:
@@ -143,7 +144,7 @@ def _prompts(env: VectorEnv) -> np.ndarray | None:
 def _run_episodes(
     env: VectorEnv,
     obs: np.ndarray,
-    policy,
+    policy: ActionPolicy,
     n_candidates: int,
     on_step: StepHook | None,
 ) -> dict[str, th.Tensor] | None:
@@ -188,7 +189,7 @@ def _run_episodes(
 
 @th.no_grad()
 def collect_episodes(
-    env: VectorEnv, policy, group_size: int, on_step: StepHook | None = None
+    env: VectorEnv, policy: ActionPolicy, group_size: int, on_step: StepHook | None = None
 ) -> Episodes | None:
     """Run one episode in every sub-env, blocks of ``group_size`` sub-envs sharing a context.
 
@@ -214,7 +215,7 @@ def collect_episodes(
 
 @th.no_grad()
 def collect_token_groups(
-    env: VectorEnv, policy, group_size: int, on_step: StepHook | None = None
+    env: VectorEnv, policy: ActionPolicy, group_size: int, on_step: StepHook | None = None
 ) -> TokenGroups | None:
     """One behaviour trajectory per sub-env with ``group_size`` scored next-token candidates per state."""
     obs, _ = env.reset()
@@ -235,7 +236,7 @@ def collect_token_groups(
 
 
 @th.no_grad()
-def collect_population(env: VectorEnv, policy, exhaustive: bool) -> Population:
+def collect_population(env: VectorEnv, policy: ActionPolicy, exhaustive: bool) -> Population:
     """Score every action at each sub-env's context exactly (no sampling of actions, no stepping).
 
     ``exhaustive``: the contexts are ``0..num_envs-1`` (a tabular env); otherwise fresh contexts are
@@ -263,18 +264,18 @@ def distinct_sequences(episodes: Episodes | TokenGroups) -> tuple[th.Tensor, th.
     return episodes.distinct
 
 
-def episode_log_probs(policy, episodes: Episodes | TokenGroups) -> th.Tensor:
+def episode_log_probs(policy: ActionPolicy, episodes: Episodes | TokenGroups) -> th.Tensor:
     """Current-policy log pi(.|x_t) for every recorded state, [N, T, A], with gradients.
 
-    A policy with ``completion_log_probs`` (the transformer) re-scores each distinct sequence with one
+    A :class:`SequencePolicy` (the transformer) re-scores each distinct sequence with one
     teacher-forced forward (exact under the causal mask), encoding a prompt shared by several
     sequences once; others re-score the recorded observations.
     """
-    if episodes.prompts is not None and hasattr(policy, "completion_log_probs"):
+    if episodes.prompts is not None and isinstance(policy, SequencePolicy):
         rows, inverse = distinct_sequences(episodes)
         horizon = episodes.prompts.shape[1]
         prompts, owner = th.unique(rows[:, :horizon], dim=0, return_inverse=True)
-        if len(prompts) < len(rows) and hasattr(policy, "grouped_completion_log_probs"):
+        if len(prompts) < len(rows):
             log_probs = policy.grouped_completion_log_probs(prompts, owner, rows[:, horizon:])
         else:
             log_probs = policy.completion_log_probs(rows[:, :horizon], rows[:, horizon:])

@@ -1,13 +1,13 @@
-"""Target Policy Optimization (paper Section 2, spec 1.2-1.3, 2.2-2.5).
+"""Target Policy Optimization (paper Sec. 2).
 
 For each group of K candidates with log-scores L and raw scores s:
 
     q = softmax( log_softmax_K(sg L_old) + u(s) / eta )        (the target, frozen for all epochs)
     loss = - mean_groups sum_i q_i log_softmax_K(L_theta)_i     (gradient on the group logits: p - q)
 
-Groups are next-token candidates (``group_mode="token"``), whole episodes (``"sequence"``), the
-action set of a context scored from one sampled action (``"single"``: MNIST, tabular), or the exact
-action set (``"population"``: the multi-context bandit).
+Groups are next-token candidates (token mode), whole episodes (sequence mode), the action set of a
+context scored from one sampled action (single mode: MNIST, tabular), or the exact action set
+(population mode: the multi-context bandit); see ``agents.modes``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 import torch as th
 
 from agents import losses
-from agents.base import GroupAlgorithm, group_diagnostics
+from agents.base import GroupAlgorithm
+from agents.modes import GroupView
 
 
 class TPO(GroupAlgorithm):
@@ -33,19 +34,13 @@ class TPO(GroupAlgorithm):
         self.anchor = anchor
         super().__init__(policy, env, **kwargs)
 
-    def prepare(self, batch: Any) -> dict[str, th.Tensor]:
-        old_logscores, scores = self.group_view(batch, batch.old_log_probs)
-        target = losses.tpo_target(old_logscores, scores, eta=self.eta, anchor=self.anchor)
-        return {"target": target, "scores": scores}
-
-    def loss(self, batch: Any, frozen: dict[str, th.Tensor], log_probs: th.Tensor) -> tuple[th.Tensor, dict]:
-        logscores, _ = self.group_view(batch, log_probs)
-        target, scores = frozen["target"], frozen["scores"]
-        winners, losers = losses.target_mass(target, scores)
+    def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
+        target = losses.tpo_target(view.old_logscores, view.scores, eta=self.eta, anchor=self.anchor)
+        winners, losers = losses.target_mass(target, view.scores)
         stats = {
-            **group_diagnostics(scores),
+            **losses.group_diagnostics(view.scores),
             "q_mass_winners": winners,
             "q_mass_losers": losers,
-            "mean_abs_p_minus_q": (logscores.detach().log_softmax(-1).exp() - target).abs().mean(),
+            "mean_abs_p_minus_q": losses.target_gap(view.logscores.detach(), target),
         }
-        return losses.tpo_loss(logscores, target), stats
+        return losses.tpo_loss(view.logscores, target), stats

@@ -79,14 +79,14 @@ def test_every_algorithm_runs_on_the_token_task(algo, kwargs, tmp_path):
 def test_same_seed_gives_the_same_losses():
     def run() -> list[float]:
         model = TPO("TransformerPolicy", copy_env(), batch_size=8, group_size=4, **TOKEN_KW)
-        captured, original = [], model.loss
+        captured, original = [], model.group_loss
 
-        def spy(batch, frozen, log_probs):
-            loss, stats = original(batch, frozen, log_probs)
+        def spy(view):
+            loss, stats = original(view)
             captured.append(float(loss.detach()))
             return loss, stats
 
-        model.loss = spy
+        model.group_loss = spy
         model.learn(8 * 3 * 3)
         return captured
 
@@ -134,9 +134,8 @@ def population_direction(algo_cls, p: float, **kwargs) -> float:
     rewards[0, 0] = 1.0
     old = model.policy.action_log_probs(th.zeros(1, dtype=th.long)).detach()
     batch = Population(obs=th.zeros(1, dtype=th.long), rewards=rewards, old_log_probs=old)
-    with th.no_grad():
-        frozen = model.prepare(batch)
-    loss, _ = model.loss(batch, frozen, model.current_log_probs(batch))
+    view = model.mode.view(model._view, batch, model.mode.log_probs(model.policy, batch))
+    loss, _ = getattr(model, f"{model._view}_loss")(view)
     (grad,) = th.autograd.grad(loss, [next(model.policy.parameters())])
     pi = old.exp()[0]
     v = th.nn.functional.one_hot(th.tensor(0), 10).float() - pi
@@ -200,7 +199,7 @@ def test_rollout_log_probs_equal_teacher_forced_rescoring(mode, vocab):
     model.set_logger(configure(None, []))
     batch = model.collect(_NoCallback())
     with th.no_grad():
-        rescored = model.current_log_probs(batch)
+        rescored = model.mode.log_probs(model.policy, batch)
     assert th.allclose(rescored, batch.old_log_probs, atol=1e-5)
 
 
@@ -235,17 +234,17 @@ def _single_batch(contexts: list[int], actions: list[int], rewards: list[float],
 
 
 def test_single_mode_tabular_groups_average_the_onehot_scores():
-    """Tabular single context (spec 2.6): S_k = (1/B) sum_i (r_i - 0.5) 1[a_i = k] over one group."""
+    """Tabular single context (paper Sec. 3.1): S_k = (1/B) sum_i (r_i - 0.5) 1[a_i = k] over one group."""
     env = gym.make("TPO/KArmedBandit-v0", n_arms=4)
     model = TPO("TabularPolicy", env, batch_size=4, group_mode="single", baseline=0.5, learning_rate=0.1)
     batch = _single_batch([0, 0, 0, 0], [0, 1, 1, 3], [1.0, 0.0, 0.0, 0.0], 4)
-    logscores, scores = model.group_view(batch, batch.old_log_probs)
-    assert logscores.shape == (1, 4)
-    assert th.allclose(scores, th.tensor([[0.5, -1.0, 0.0, -0.5]]) / 4)
+    view = model.mode.group_view(batch, batch.old_log_probs)
+    assert view.logscores.shape == (1, 4)
+    assert th.allclose(view.scores, th.tensor([[0.5, -1.0, 0.0, -0.5]]) / 4)
 
 
 def test_single_mode_mnist_groups_are_per_sample():
-    """MNIST (spec 2.5): one group per image, u = (+3, -1/3, ...) or (-3, +1/3, ...)."""
+    """MNIST (paper Sec. 3.3, App. C): one group per image, u = (+3, -1/3, ...) or (-3, +1/3, ...)."""
     pytest.importorskip("tpo_gym.data")
     try:
         env = gym.make("TPO/MNISTBandit-v0")
@@ -253,9 +252,7 @@ def test_single_mode_mnist_groups_are_per_sample():
         pytest.skip("no MNIST data")
     model = TPO("MlpPolicy", env, batch_size=3, group_mode="single", baseline="expected", n_epochs=1)
     batch = _single_batch([7, 7, 9], [2, 5, 0], [1.0, 0.0, 0.0], 10)
-    with th.no_grad():
-        frozen = model.prepare(batch)
-    u = losses.standardize(frozen["scores"])
+    u = losses.standardize(model.mode.group_view(batch, batch.old_log_probs).scores)
     assert u.shape == (3, 10)
     assert u[0, 2].item() == pytest.approx(3.0) and u[0, 0].item() == pytest.approx(-1 / 3)
     assert u[1, 5].item() == pytest.approx(-3.0) and u[1, 0].item() == pytest.approx(1 / 3)

@@ -42,7 +42,11 @@ ZOO_KEYS = frozenset(
     }
 )
 #: Constructor arguments the zoo sets from its flags; a YAML file may not set them.
-FLAG_KEYS = frozenset({"env", "tensorboard_log", "seed", "verbose", "device", "_init_setup_model"})
+FLAG_KEYS = frozenset(
+    {"env", "tensorboard_log", "seed", "verbose", "device", "_init_setup_model", "monitor_dir"}
+)
+#: The zoo's env pipeline: SB3's algorithms get it; an algorithm that builds its own env cannot.
+ENV_PIPELINE_KEYS = ("n_envs", "normalize", "frame_stack", "env_wrapper", "vec_env_wrapper", "monitor_kwargs")
 #: Keys whose ``lin_<value>`` strings become a linear decay from ``value`` to 0.
 SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
 #: Dict-valued keys that merge key by key across sources.
@@ -204,6 +208,20 @@ def check_keys(hyper: Hyperparams, algo_cls: type, algo: str) -> None:
             raise ConfigError(
                 f"Unknown hyperparameter {key!r} for algorithm {algo!r} ({algo_cls.__name__}) "
                 f"in {hyper.origins[key]}.{hint}"
+            )
+
+
+def check_env_pipeline(hyper: Hyperparams, algo_cls: type, algo: str) -> None:
+    """Reject env-pipeline keys for an algorithm that builds its own env (``owns_env``), naming the key."""
+    if not getattr(algo_cls, "owns_env", False):
+        return
+    for key in ENV_PIPELINE_KEYS:
+        value = hyper.values.get(key)
+        if value is not None and value is not False:
+            raise ConfigError(
+                f"{key}={value!r} (in {hyper.origins[key]}) cannot be used with {algo!r}: it collects groups "
+                f"from its own natively batched env (batch_size x group_size sub-envs); "
+                f"{', '.join(ENV_PIPELINE_KEYS)} apply to SB3's algorithms only"
             )
 
 

@@ -131,13 +131,11 @@ def git_commit() -> str:
 
 
 def run_folder(log_folder: str, algo: str, env_name: str) -> str:
-    """Create and return ``<log_folder>/<algo>/<env_name>_<N>`` with N one above the latest run."""
+    """``<log_folder>/<algo>/<env_name>_<N>`` with N one above the latest run (not created here)."""
     from stable_baselines3.common.utils import get_latest_run_id
 
     log_path = os.path.join(log_folder, algo)
-    save_path = os.path.join(log_path, f"{env_name}_{get_latest_run_id(log_path, env_name) + 1}")
-    os.makedirs(os.path.join(save_path, env_name), exist_ok=True)
-    return save_path
+    return os.path.join(log_path, f"{env_name}_{get_latest_run_id(log_path, env_name) + 1}")
 
 
 def resolve(args: argparse.Namespace) -> tuple[str, str, type]:
@@ -194,6 +192,11 @@ def configure(argv: list[str]) -> RunSetup:
             raise hp.ConfigError(f"{algo!r} is defined by {key}={value!r}, but {found}")
         hyper.update({key: value}, f"the definition of {algo!r}")
     hp.check_keys(hyper, algo_cls, algo)
+    hp.check_env_pipeline(hyper, algo_cls, algo)
+    if getattr(algo_cls, "owns_env", False) and args.vec_env != "dummy":
+        raise hp.ConfigError(
+            f"--vec-env {args.vec_env} cannot be used with {algo!r}: it steps its own batched env"
+        )
     values = hyper.values
     n_timesteps = args.n_timesteps if args.n_timesteps > 0 else int(float(values.get("n_timesteps", 0)))
     if n_timesteps <= 0:
@@ -208,8 +211,8 @@ def configure(argv: list[str]) -> RunSetup:
 
 def write_run_files(setup: RunSetup, argv: list[str]) -> None:
     """Create the run folder and write ``config.yml``, ``args.yml`` and ``command.txt`` into it."""
-    setup.save_path = run_folder(setup.args.log_folder, setup.algo, setup.env_name)
     params_path = os.path.join(setup.save_path, setup.env_name)
+    os.makedirs(params_path, exist_ok=True)
     hp.write_yaml(os.path.join(params_path, "config.yml"), setup.values)
     run_args = {**vars(setup.args), "algo": setup.algo, "env": setup.env_id}
     hp.write_yaml(os.path.join(params_path, "args.yml"), run_args)
@@ -217,8 +220,14 @@ def write_run_files(setup: RunSetup, argv: list[str]) -> None:
         f.write(shlex.join(["train.py", *argv]) + "\n")
 
 
+def owns_env(setup: RunSetup) -> bool:
+    """True for an algorithm that builds its own env from the id (the grouped algorithms)."""
+    return bool(getattr(setup.algo_cls, "owns_env", False))
+
+
 def build_envs(setup: RunSetup, norm: dict[str, Any] | None, stats: str | None) -> tuple[Any, Any]:
-    """The training VecEnv (monitored into the run folder) and the evaluation VecEnv (or None)."""
+    """The training VecEnv (monitored into the run folder; None for an algorithm that builds its own)
+    and the evaluation VecEnv (or None)."""
     args, values = setup.args, setup.values
     options = dict(
         vec_env=args.vec_env,
@@ -227,9 +236,11 @@ def build_envs(setup: RunSetup, norm: dict[str, Any] | None, stats: str | None) 
         vec_env_wrapper=hp.wrapper_factory(values.get("vec_env_wrapper")),
         frame_stack=values.get("frame_stack"),
     )
-    n_envs = int(values.get("n_envs", 1))
-    env = make_env(setup.env_id, n_envs, args.seed, setup.env_kwargs, setup.save_path, **options)
-    env = normalized(env, norm, stats, training=True)
+    env = None
+    if not owns_env(setup):
+        n_envs = int(values.get("n_envs", 1))
+        env = make_env(setup.env_id, n_envs, args.seed, setup.env_kwargs, setup.save_path, **options)
+        env = normalized(env, norm, stats, training=True)
     if args.eval_freq <= 0:
         return env, None
     eval_seed = args.seed + EVAL_SEED_OFFSET
@@ -238,11 +249,27 @@ def build_envs(setup: RunSetup, norm: dict[str, Any] | None, stats: str | None) 
 
 
 def build_model(setup: RunSetup, env: Any) -> Any:
-    """A new model, or the ``--trained-agent`` zip loaded with the YAML values (but not its policy)."""
+    """A new model, or the ``--trained-agent`` zip loaded with the YAML values (but not its policy).
+
+    An algorithm that owns its env gets the env id, its kwargs and the run folder for ``monitor.csv``;
+    its own errors (bad values) become a :class:`ConfigError`.
+    """
     args = setup.args
     kwargs = hp.algo_kwargs(setup.values)
     tensorboard_log = os.path.join(args.tensorboard_log, setup.env_name) if args.tensorboard_log else None
     common = dict(tensorboard_log=tensorboard_log, seed=args.seed, verbose=args.verbose, device=args.device)
+    if owns_env(setup):
+        env = setup.env_id
+        common.update(env_kwargs=setup.env_kwargs, monitor_dir=setup.save_path)
+        try:
+            return _new_or_loaded(setup, env, kwargs, common)
+        except ValueError as err:
+            raise hp.ConfigError(f"{setup.algo}: {err}") from err
+    return _new_or_loaded(setup, env, kwargs, common)
+
+
+def _new_or_loaded(setup: RunSetup, env: Any, kwargs: dict[str, Any], common: dict[str, Any]) -> Any:
+    args = setup.args
     if not args.trained_agent:
         return setup.algo_cls(env=env, **common, **kwargs)
     if not (args.trained_agent.endswith(".zip") and os.path.isfile(args.trained_agent)):
@@ -292,16 +319,18 @@ def train(argv: list[str] | None = None) -> TrainResult:
     argv = sys.argv[1:] if argv is None else list(argv)
     setup = configure(argv)
     args = setup.args
-    write_run_files(setup, argv)
+    setup.save_path = run_folder(args.log_folder, setup.algo, setup.env_name)
     params_path = os.path.join(setup.save_path, setup.env_name)
+    model = build_model(setup, None) if owns_env(setup) else None  # its errors come before any file
+    write_run_files(setup, argv)
     norm = normalize_kwargs(hp.evaluated(setup.values.get("normalize")), setup.values.get("gamma"))
     agent_dir = os.path.dirname(os.path.abspath(args.trained_agent))
     stats = os.path.join(agent_dir, setup.env_name, "vecnormalize.pkl") if args.trained_agent else None
     env, eval_env = build_envs(setup, norm, stats)
-    model = None
     interrupted = False
     try:
-        model = build_model(setup, env)
+        if model is None:
+            model = build_model(setup, env)
         learn_kwargs: dict[str, Any] = dict(
             total_timesteps=setup.n_timesteps,
             callback=build_callbacks(setup, eval_env),
@@ -323,7 +352,7 @@ def train(argv: list[str] | None = None) -> TrainResult:
     finally:
         if model is not None and getattr(model, "_logger", None) is not None:
             model.logger.close()
-        for venv in (env, eval_env):
+        for venv in (env, eval_env, getattr(model, "env", None)):
             if venv is not None:
                 venv.close()
     return TrainResult(

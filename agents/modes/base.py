@@ -1,0 +1,130 @@
+"""What a collection mode is: how many sub-envs it needs, how it collects, the views of a batch that the
+losses read, and what it logs.
+
+An algorithm implements its loss on one or more *views* of a batch:
+
+* ``group_loss(GroupView)``: groups ``[..., K]`` of candidates with log-scores and raw scores (TPO,
+  GRPO, Group PG);
+* ``sample_loss(SampleView)``: one sampled trajectory per context with per-token advantages (PPO,
+  DG, PG, and the single-sample GRPO and Group PG);
+* ``exact_loss(ExactView)``: every action of every context with its exact reward, weighted by
+  pi_old in the loss (the multi-context bandit's expected updates of PG, DG, GRPO and the CE oracle).
+
+A mode lists the views it offers, preferred first; the algorithm uses the first one it implements.
+So a new mode (text completions for language models, say) offers views, and every algorithm with a
+loss on one of them runs on it unchanged.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch as th
+from gymnasium.vector import VectorEnv
+from stable_baselines3.common.logger import Logger
+
+from agents.policies.protocols import ActionPolicy
+
+StepHook = Callable[[int], bool]
+"""Called after every env step with the number of interactions it made; False stops collection."""
+
+VIEWS = ("group", "sample", "exact")
+
+
+@dataclass
+class GroupView:
+    """Groups ``[..., K]``: current log-scores L_theta (with gradient), L_old and raw scores s."""
+
+    logscores: th.Tensor
+    old_logscores: th.Tensor
+    scores: th.Tensor
+
+
+@dataclass
+class SampleView:
+    """One sampled trajectory per context, ``[N, T]``: log pi_theta and log pi_old of the taken
+    actions, the per-token rewards and advantages A = r - b, the actions, and
+    ``sequence_advantages`` [N] (the baseline applied to each trajectory's summed reward)."""
+
+    logp: th.Tensor
+    old_logp: th.Tensor
+    rewards: th.Tensor
+    advantages: th.Tensor
+    actions: th.Tensor
+    sequence_advantages: th.Tensor
+    n_actions: int
+
+
+@dataclass
+class ExactView:
+    """Every action of every context, ``[N, A]``: log pi_theta, log pi_old and the exact rewards."""
+
+    log_probs: th.Tensor
+    old_log_probs: th.Tensor
+    rewards: th.Tensor
+
+    @property
+    def old_probs(self) -> th.Tensor:
+        """pi_old(a), the weights of the exact expected update."""
+        return self.old_log_probs.exp()
+
+
+View = GroupView | SampleView | ExactView
+
+
+class CollectionMode(ABC):
+    """One way of collecting groups from a natively batched ``tpo_gym`` vector env.
+
+    :param batch_size: B, contexts per update
+    :param group_size: K, candidates per context
+    :param match: ``prompts`` or ``interactions`` (single mode: B*K contexts and lr x sqrt(K))
+    :param baseline: single mode: ``batch_mean``, ``expected`` or a number
+    :param observation_space: the single env's observation space
+    """
+
+    name: ClassVar[str]
+    views: ClassVar[tuple[str, ...]]
+
+    def __init__(
+        self, batch_size: int, group_size: int, match: str, baseline: Any, observation_space: Any
+    ) -> None:
+        self.batch_size, self.group_size, self.match = batch_size, group_size, match
+        self.baseline, self.observation_space = baseline, observation_space
+
+    @property
+    @abstractmethod
+    def n_envs(self) -> int:
+        """Sub-envs the mode steps at once."""
+
+    @property
+    def lr_scale(self) -> float:
+        """Factor on the learning rate (interaction matching)."""
+        return 1.0
+
+    @abstractmethod
+    def steps_per_collect(self, env: VectorEnv) -> int:
+        """Env interactions (``num_timesteps``) that one :meth:`collect` adds."""
+
+    @abstractmethod
+    def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Any:
+        """One batch, or None when ``on_step`` asks to stop."""
+
+    @abstractmethod
+    def log_probs(self, policy: ActionPolicy, batch: Any) -> th.Tensor:
+        """log pi_theta(.|x) at every state of the batch, with gradients (``[N, T, A]`` or ``[N, A]``)."""
+
+    def view(self, kind: str, batch: Any, log_probs: th.Tensor) -> View:
+        """The ``kind`` view (one of :attr:`views`) of ``batch`` at the current ``log_probs``."""
+        return getattr(self, f"{kind}_view")(batch, log_probs)
+
+    @abstractmethod
+    def log_rollout(self, logger: Logger, batch: Any) -> None:
+        """Record the batch's ``rollout/`` metrics (the paper's task error before the update)."""
+
+    def episode_rows(self, batch: Any) -> dict[str, np.ndarray] | None:
+        """Per-episode ``monitor.csv`` columns (``r``, ``l`` and info keys), None if no episodes."""
+        return None

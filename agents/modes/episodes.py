@@ -1,0 +1,45 @@
+"""The modes that step whole episodes (token, sequence, single): shared re-scoring and logging."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium.vector import VectorEnv
+from stable_baselines3.common.logger import Logger
+
+from agents.modes.base import CollectionMode
+from agents.policies.protocols import ActionPolicy
+from agents.rollout import Episodes, TokenGroups, episode_log_probs
+
+
+class EpisodeMode(CollectionMode):
+    """A mode whose batches are episodes of ``T`` steps (``Episodes`` or ``TokenGroups``)."""
+
+    def steps_per_collect(self, env: VectorEnv) -> int:
+        return self.n_envs * int(env.unwrapped.task.horizon)
+
+    def log_probs(self, policy: ActionPolicy, batch: Episodes | TokenGroups) -> th.Tensor:
+        return episode_log_probs(policy, batch)
+
+    def log_rollout(self, logger: Logger, batch: Episodes | TokenGroups) -> None:
+        """Task error = 1 - mean per-token reward of the behaviour episodes (paper Sec. 3.4), and
+        the episode return, success rate (every token right) and length."""
+        token_rewards = batch.token_rewards
+        logger.record("rollout/task_error", float(1 - token_rewards.mean()))
+        logger.record("rollout/ep_rew_mean", float(batch.returns.mean()))
+        logger.record("rollout/success_rate", float((token_rewards.min(-1).values > 0).float().mean()))
+        logger.record("rollout/ep_len_mean", float(token_rewards.shape[-1]))
+
+    def episode_rows(self, batch: Episodes | TokenGroups) -> dict[str, Any]:
+        """``r``, ``l``, ``is_success`` and, on the token tasks, ``token_error`` of each episode."""
+        token_rewards = batch.token_rewards.cpu().numpy()
+        rows: dict[str, Any] = {
+            "r": batch.returns.cpu().numpy(),
+            "l": np.full(len(token_rewards), token_rewards.shape[-1]),
+            "is_success": token_rewards.min(-1) > 0,
+        }
+        if batch.prompts is not None:
+            rows["token_error"] = 1 - token_rewards.mean(-1)
+        return rows

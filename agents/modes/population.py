@@ -1,0 +1,53 @@
+"""Population mode: every action of every context scored exactly (the multi-context bandit's exact updates,
+and the CE oracle)."""
+
+from __future__ import annotations
+
+import torch as th
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv
+from stable_baselines3.common.logger import Logger
+
+from agents.modes.base import CollectionMode, ExactView, GroupView, StepHook
+from agents.policies.protocols import ActionPolicy
+from agents.rollout import Population, collect_population
+
+
+class PopulationMode(CollectionMode):
+    """All contexts of a tabular env (``Discrete`` observations), else ``batch_size`` drawn contexts
+    (MNIST images for the CE oracle); the env scores every action, nothing is sampled.
+
+    Exact view: log pi over the action set and the exact rewards r[n, a] (the loss weights by pi_old).
+    Group view (TPO): the action set is the group, s = r.
+    """
+
+    name = "population"
+    views = ("exact", "group")
+
+    @property
+    def n_envs(self) -> int:
+        if isinstance(self.observation_space, spaces.Discrete):
+            return int(self.observation_space.n)
+        return self.batch_size
+
+    def steps_per_collect(self, env: VectorEnv) -> int:
+        return self.n_envs
+
+    def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Population | None:
+        exhaustive = isinstance(self.observation_space, spaces.Discrete)
+        batch = collect_population(env, policy, exhaustive=exhaustive)
+        return batch if on_step(env.num_envs) else None
+
+    def log_probs(self, policy: ActionPolicy, batch: Population) -> th.Tensor:
+        return policy.action_log_probs(batch.obs)
+
+    def exact_view(self, batch: Population, log_probs: th.Tensor) -> ExactView:
+        return ExactView(log_probs, batch.old_log_probs, batch.rewards)
+
+    def group_view(self, batch: Population, log_probs: th.Tensor) -> GroupView:
+        return GroupView(log_probs, batch.old_log_probs, batch.rewards)
+
+    def log_rollout(self, logger: Logger, batch: Population) -> None:
+        """Task error = 1 - E_pi[r], the expected error of the policy before the update."""
+        expected_reward = (batch.old_log_probs.exp() * batch.rewards).sum(-1)
+        logger.record("rollout/task_error", float(1 - expected_reward.mean()))

@@ -1,0 +1,35 @@
+"""Token mode (dense reward): K next-token candidates at every prefix, scored by the env without stepping."""
+
+from __future__ import annotations
+
+from gymnasium.vector import VectorEnv
+
+from agents.modes.base import GroupView, StepHook
+from agents.modes.episodes import EpisodeMode
+from agents.policies.protocols import ActionPolicy
+from agents.rollout import TokenGroups, collect_token_groups
+
+
+class TokenMode(EpisodeMode):
+    """B behaviour trajectories; at each state x_t, K candidates a_{t,i} ~ pi_old(.|x_t) with the
+    env's rewards r_{t,i}; the trajectory continues with candidate 1 (paper Sec. 3.4).
+
+    Group view: L[b,t,i] = log pi(a_{t,i} | x_t), s[b,t,i] = r_{t,i}, groups ``[B, H, K]``.
+    """
+
+    name = "token"
+    views = ("group",)
+
+    @property
+    def n_envs(self) -> int:
+        return self.batch_size
+
+    def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> TokenGroups | None:
+        return collect_token_groups(env, policy, self.group_size, on_step)
+
+    def group_view(self, batch: TokenGroups, log_probs) -> GroupView:
+        return GroupView(
+            log_probs.gather(-1, batch.candidates),
+            batch.old_log_probs.gather(-1, batch.candidates),
+            batch.scores,
+        )

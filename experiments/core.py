@@ -3,7 +3,8 @@
 
 A ``RunSpec`` names the algorithm by its zoo name (``agents.zoo.registry``: ``tpo``, ``grpo_no_kl``,
 ``tpo_no_anchor``, ...; an ablation's defining keyword arguments come from the registry), the env id
-and its kwargs, the constructor keyword arguments and the number of updates. Per-seed curves are
+and its kwargs, the constructor keyword arguments (the zoo's ``zoo_configs/<algo>.yml`` plus what the
+experiment varies: ``experiments.zoo.zoo_run``) and the number of updates. Per-seed curves are
 written to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` atomically, with the run's spec in
 ``meta``; a seed whose file exists with the same spec is finished and never rerun.
 """

@@ -1,11 +1,14 @@
-"""The paper's summary statistics and per-step metrics as pure functions (spec 1.5, 3.4, 4.4, 5, 9).
+"""The paper's summary statistics and the MNIST mechanism diagnostics as pure functions.
 
 * ``seed_mean_se``: the curves of every plot are the seed mean +- s.e., s.e. = population std / sqrt(n).
-* ``steps_to``: "steps to X% error" = the first x (0-based episode, or MNIST evaluation label) at which
-  the **seed-mean** curve is below the threshold, unsmoothed; ``None`` ("never") if it never is.
-* ``final``: the seed mean of the **last single point** (no window average).
-* ``misalignment``: 1 - cos(g1, g2) with the reference's 1e-12 guards.
-* ``mechanism``: the MNIST "surplus" of an update direction over its scalar one-vs-rest surrogate (Fig. 5b).
+* ``steps_to``: "steps to X% error" (Tables 1, 2, 5) = the first x (0-based episode, or MNIST evaluation
+  label) at which the **seed-mean** curve is below the threshold, unsmoothed; ``None`` ("never") if it
+  never is.
+* ``final``: the seed mean of the **last single point** (no window average; Tables 3, 5).
+* ``mechanism``: the MNIST "surplus" of an update direction over its scalar one-vs-rest surrogate
+  (Fig. 5b, App. C).
+
+The misalignment of the bandit figures is ``agents.losses.cosine_misalignment``.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ import math
 import numpy as np
 
 LAMBDA_TPO = math.exp(10.0 / 3.0)
-"""TPO's odds factor on a 10-class one-hot score: exp(3 - (-1/3)) (spec 2.5)."""
+"""TPO's odds factor on a 10-class one-hot score: exp(3 - (-1/3)) (App. B, C)."""
 
 CONCENTRATION_EDGES = (0.0, 0.25, 0.5, 0.75, 1.01)
-"""Bins of the wrong-class concentration c of a misclassified image (spec 4.4)."""
+"""Bins of the wrong-class concentration c of a misclassified image (Fig. 5b)."""
 
 
 def seed_mean_se(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -28,7 +31,7 @@ def seed_mean_se(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def steps_to(curves: np.ndarray, threshold: float, x: np.ndarray | None = None) -> float | None:
-    """First x at which the seed-mean curve is strictly below ``threshold`` (spec 3.4), else None.
+    """First x at which the seed-mean curve is strictly below ``threshold``, else None.
 
     ``curves`` is [n_seeds, n_points]; ``x`` defaults to the 0-based index (episodes, steps).
     """
@@ -41,16 +44,9 @@ def steps_to(curves: np.ndarray, threshold: float, x: np.ndarray | None = None) 
 
 
 def final(curves: np.ndarray) -> tuple[float, float]:
-    """(seed mean, s.e.) of the last point of ``curves`` [n_seeds, n_points] (spec 3.4, 9)."""
+    """(seed mean, s.e.) of the last point of ``curves`` [n_seeds, n_points]."""
     mean, se = seed_mean_se(np.asarray(curves)[:, -1])
     return float(mean), float(se)
-
-
-def misalignment(g1: np.ndarray, g2: np.ndarray) -> float:
-    """1 - <g1,g2> / (sqrt(|g1|^2 + 1e-12) sqrt(|g2|^2 + 1e-12)) on flattened vectors (spec 1.5)."""
-    g1 = np.asarray(g1, dtype=np.float64).ravel()
-    g2 = np.asarray(g2, dtype=np.float64).ravel()
-    return float(1.0 - g1 @ g2 / (math.sqrt(g1 @ g1 + 1e-12) * math.sqrt(g2 @ g2 + 1e-12)))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -71,7 +67,7 @@ def _dg_scalar(p: np.ndarray, b: np.ndarray, eta: float, q: np.ndarray) -> np.nd
 
 def update_directions(probs: np.ndarray, labels: np.ndarray, algo: str, eta: float = 1.0
                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Expected logit-space update Delta [N, C] of ``algo`` at each image and its scalar beta [N] (spec 4.4).
+    """Expected logit-space update Delta [N, C] of ``algo`` at each image and its scalar beta [N] (App. C).
 
     pg: Delta = p v (beta = p); group_pg: 6 p v; dg: the sampled-action expectation with b = sum pi^2,
     beta from the symmetric approximation (wrong classes at (1-p)/9, b_sym = p^2 + 9 q^2); tpo:
@@ -107,7 +103,7 @@ def mechanism(probs: np.ndarray, labels: np.ndarray, algo: str, eta: float = 1.0
     """Per-concentration-bin means of the exact gain, scalar gain and surplus on misclassified images.
 
     For a misclassified image (argmax != y), p = pi_y, v = e_y - pi, c = max_{j != y} pi_j / max(1 - p, 1e-8);
-    gain = p <v, Delta>, scalar = p beta |v|^2, surplus = gain - scalar (spec 4.4). Returns arrays of
+    gain = p <v, Delta>, scalar = p beta |v|^2, surplus = gain - scalar (Fig. 5b). Returns arrays of
     the 4 bins ``gain``, ``scalar``, ``surplus`` (NaN where a bin is empty) and ``counts``.
     """
     probs = np.asarray(probs, dtype=np.float64)

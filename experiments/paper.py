@@ -1,9 +1,9 @@
 """The paper's numbers (and the reference code's, re-measured on this machine) to print beside ours.
 
-Sources: paper Tables 1, 2, 3, 5 and Sections 3.1-3.7, 4; spec/reference.md Sections 9-10 (the
-reference JAX code run on this machine, "[measured]"). Errors are fractions; ``NEVER`` marks a
-threshold never reached ("-" in the paper's tables), a string a value read off a figure or described
-in the text. Keys are (variant, algorithm) in our experiments' naming.
+Sources: paper Tables 1, 2, 3, 5 and Sections 3.1-3.7, 4; the paper's published JAX code
+(github.com/JeanKaddour/tpo) re-run on this machine (the ``ref_*`` keys). Errors are fractions;
+``NEVER`` marks a threshold never reached ("-" in the paper's tables), a string a value read off a
+figure or described in the text. Keys are (variant, algorithm) in our experiments' naming.
 """
 
 from __future__ import annotations
@@ -31,20 +31,20 @@ def _merge(*parts: Cells) -> Cells:
     return merged
 
 
-TABULAR_SINGLE: Cells = {  # no numbers in the paper: the reference code re-run (spec 9), step 149
+TABULAR_SINGLE: Cells = {  # no numbers in the paper: the reference code re-run, step 149
     ("K100", "tpo"): {"ref_final": 5.2e-5, "ref_misalignment": 4.1e-4},
     ("K100", "dg"): {"ref_final": 5.3e-5, "ref_misalignment": 3.3e-3},
     ("K100", "pg"): {"ref_final": 1.0e-3, "ref_misalignment": 0.0152},
     ("K100", "grpo"): {"ref_final": 2.7e-3, "ref_misalignment": 0.770},
 }
-TABULAR_MULTI: Cells = {  # the reference code re-run (spec 9), after 1,000 steps
+TABULAR_MULTI: Cells = {  # the reference code re-run, after 1,000 steps
     ("N100_K10", "ce"): {"ref_final": 3.37e-4, "ref_misalignment": 0.0},
     ("N100_K10", "tpo"): {"ref_final": 4.03e-4, "ref_misalignment": 9.3e-8},
     ("N100_K10", "grpo"): {"ref_final": 5.26e-4, "ref_misalignment": 3.1e-3},
     ("N100_K10", "dg"): {"ref_final": 2.06e-3, "ref_misalignment": 6.8e-5},
     ("N100_K10", "pg"): {"ref_final": 6.07e-3, "ref_misalignment": 0.056},
 }
-MNIST: Cells = {  # paper Section 3.3 (DG final read off Fig. 5a); reference re-run (spec 10)
+MNIST: Cells = {  # paper Section 3.3 (DG final read off Fig. 5a); reference code re-run
     ("B100", "tpo"): {"final": 0.029, "steps": 1600, "ref_final": 0.0292, "ref_steps": 1600},
     ("B100", "dg"): {"final": "~3.2% (figure)", "steps": 2200, "ref_final": 0.0312, "ref_steps": 2200},
     ("B100", "ce"): {"ref_final": 0.0266, "ref_steps": 1000},

@@ -1,20 +1,21 @@
 """SB3 callbacks that record the paper's curves while an agent of ``agents/`` learns.
 
-Every recorder keeps one row per update. ``_on_rollout_end`` fires after the batch is collected and
-its ``rollout/`` metrics are recorded, before the update (``before_update``); the next
+Every recorder keeps one row per update and only records: the runner stops training after the run's
+number of updates (``learn(n_iterations=...)``). ``_on_rollout_end`` fires after the batch is collected
+and its ``rollout/`` metrics are recorded, before the update (``before_update``); the next
 ``_on_rollout_start`` or ``_on_training_end`` fires after the update (``after_update``), when the
-``train/`` diagnostics of that update are in ``model.logger.name_to_value``. Training stops after
-``n_updates`` updates (the first ``on_step`` of the next batch returns False).
+``train/`` diagnostics of that update are in ``model.logger.name_to_value``.
 
-* ``CurveRecorder``: the training-batch error ``rollout/task_error`` (spec 3.4) as ``error``, the other
+* ``CurveRecorder``: the training-batch error ``rollout/task_error`` (Sec. 3.4) as ``error``, the other
   ``rollout/`` metrics, every ``train/`` diagnostic (grad_norm, all_fail_frac, q_mass_winners, ...) and
-  ``all_fail``: the all-fail group fraction (grouped methods) or 1 - success rate (PPO/DG), spec 5.
+  ``all_fail``: the all-fail group fraction (grouped methods) or 1 - success rate (PPO/DG), Fig. 12.
 * ``TabularSingleRecorder``: ``error`` = 1 - pi(y*) before the update, ``misalignment`` = 1 - cos(Delta z,
-  pi_y (e_y - pi)) with Delta z the change of the logit table in the update (spec 2.6, single context).
+  pi_y (e_y - pi)) with Delta z the change of the logit table in the update (Sec. 3.1, Fig. 3).
 * ``TabularMultiRecorder``: ``error`` = 1 - mean_n pi_n(y_n) after the update, ``misalignment`` to the CE
-  direction e_y - pi before the update (spec 2.6, multi context).
+  direction e_y - pi before the update (Sec. 3.2, Fig. 4).
 * ``MNISTRecorder``: greedy test error on the full test set after every ``eval_every`` updates, stored at
-  x = (i - 1) * eval_every for the i-th evaluation (spec 3.3, 11.8), and the Fig. 5b diagnostics (spec 4.4).
+  x = (i - 1) * eval_every for the i-th evaluation (as the reference code plots it), and the Fig. 5b
+  diagnostics (Sec. 3.3, App. C).
 """
 
 from __future__ import annotations
@@ -26,18 +27,18 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-from experiments.metrics import mechanism, misalignment
+from agents.losses import cosine_misalignment
+from experiments.metrics import mechanism
 
 ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean")
 MECHANISM_ALGOS = ("pg", "dg", "tpo", "grpo", "group_pg")
 
 
 class CurveRecorder(BaseCallback):
-    """Record per-update curves and stop after ``n_updates`` updates."""
+    """Record per-update curves (never stops training)."""
 
-    def __init__(self, n_updates: int) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.n_updates = n_updates
         self.rows: list[dict[str, float]] = []
         self.evals: dict[str, list[Any]] = defaultdict(list)
         self._pending = False
@@ -48,7 +49,7 @@ class CurveRecorder(BaseCallback):
         return len(self.rows) - int(self._pending)
 
     def _on_step(self) -> bool:
-        return len(self.rows) < self.n_updates or self._pending
+        return True
 
     def _on_rollout_end(self) -> None:
         values = self.model.logger.name_to_value
@@ -98,6 +99,11 @@ def _table(model: Any) -> th.Tensor:
     return model.policy.logits.detach().double().clone()
 
 
+def _misalignment(g1: th.Tensor | np.ndarray, g2: th.Tensor | np.ndarray) -> float:
+    """``agents.losses.cosine_misalignment`` (1 - cos, the reference's 1e-12 guards) in float64."""
+    return float(cosine_misalignment(th.as_tensor(g1, dtype=th.float64), th.as_tensor(g2, dtype=th.float64)))
+
+
 def _correct_arms(model: Any, n_contexts: int) -> np.ndarray:
     env = model.vector_env.unwrapped
     arms = getattr(env, "correct_arms", None)
@@ -107,7 +113,7 @@ def _correct_arms(model: Any, n_contexts: int) -> np.ndarray:
 
 
 class TabularSingleRecorder(CurveRecorder):
-    """Single-context bandit (spec 2.6): error before the update and misalignment to the exact gradient."""
+    """Single-context bandit (Fig. 3): error before the update and misalignment to the exact gradient."""
 
     def before_update(self, row: dict[str, float]) -> None:
         self._before = _table(self.model)
@@ -119,11 +125,11 @@ class TabularSingleRecorder(CurveRecorder):
 
     def after_update(self, row: dict[str, float]) -> None:
         delta = (_table(self.model) - self._before)[0].numpy()
-        row["misalignment"] = misalignment(delta, self._oracle)
+        row["misalignment"] = _misalignment(delta, self._oracle)
 
 
 class TabularMultiRecorder(CurveRecorder):
-    """Multi-context bandit (spec 2.6): error after the update and misalignment to the CE direction."""
+    """Multi-context bandit (Fig. 4): error after the update and misalignment to the CE direction."""
 
     def before_update(self, row: dict[str, float]) -> None:
         self._before = _table(self.model)
@@ -136,15 +142,14 @@ class TabularMultiRecorder(CurveRecorder):
         after = _table(self.model)
         pi = th.softmax(after, -1).numpy()
         row["error"] = 1.0 - float(pi[np.arange(len(pi)), self._labels].mean())
-        row["misalignment"] = misalignment((after - self._before).numpy(), self._ce)
+        row["misalignment"] = _misalignment(after - self._before, self._ce)
 
 
 class MNISTRecorder(CurveRecorder):
     """MNIST: greedy test error and Fig. 5b's mechanism (``mechanism_algo``) every ``eval_every`` updates."""
 
-    def __init__(self, n_updates: int, eval_every: int, mechanism_algo: str | None = None,
-                 eta: float = 1.0) -> None:
-        super().__init__(n_updates)
+    def __init__(self, eval_every: int, mechanism_algo: str | None = None, eta: float = 1.0) -> None:
+        super().__init__()
         from tpo_gym.data import load_mnist
 
         images, labels = load_mnist("test")

@@ -2,7 +2,7 @@
 the paper's figure (seed mean +- s.e., log-scale error) as a PNG and its table, ours beside the paper's.
 
 "Final" is the seed mean of the last single point and "steps to X%" the first x at which the seed-mean
-curve is below X% (spec 3.4, 9; ``experiments.metrics``). The table is printed as Markdown and saved
+curve is below X% (Tables 1-3, 5; ``experiments.metrics``). The table is printed as Markdown and saved
 with the figure as ``<figures>/<experiment>[_smoke].{png,json}``.
 """
 
@@ -26,7 +26,7 @@ from experiments.metrics import final, seed_mean_se, steps_to
 from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
 
 MNIST_CHECKPOINT = 2000
-"""Fig. 5b's checkpoint label (the evaluation after 2,200 steps, spec 4.4)."""
+"""Fig. 5b's "step-2,000 checkpoint" (Sec. 3.3): the evaluation labelled 2,000, taken after 2,200 steps."""
 MECHANISM_ORDER = ("pg", "group_pg", "grpo", "dg", "tpo")
 
 
@@ -77,7 +77,7 @@ def load_runs(out: str | Path, experiment: str) -> dict[str, dict[str, Runs]]:
 
 
 def _share_grouped_runs(runs: dict[str, dict[str, Runs]]) -> None:
-    """Interaction matching leaves the grouped methods unchanged (spec 5): show their prompt-matched runs."""
+    """Interaction matching leaves grouped methods unchanged (Sec. 3.6): show their prompt-matched runs."""
     for variant, cell in runs.items():
         if variant.startswith("interactions/"):
             twin = "prompts/" + variant.split("/", 1)[1]
@@ -164,7 +164,7 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
 def mnist_mechanism(runs: dict[str, dict[str, Runs]], checkpoint: int = MNIST_CHECKPOINT
                     ) -> dict[str, dict[str, Any]]:
     """Fig. 5b: per-bin surplus at the evaluation labelled closest to ``checkpoint``, averaged over the
-    seeds whose bin is non-empty, with mean counts (spec 4.4)."""
+    seeds whose bin is non-empty, with mean counts."""
     out = {}
     for cell in runs.values():
         for algo in [a for a in MECHANISM_ORDER if a in cell]:

@@ -3,7 +3,8 @@ run the rest in ``n_jobs`` processes (spawn context, one torch thread each) and 
 
 A run builds the agent exactly as the zoo does (``agents.zoo.registry``: the class of the zoo name plus
 the keyword arguments that define an ablation, then the run's own keyword arguments), on the env made
-by ``gymnasium.make(env_id, **env_kwargs)``, with ``seed=k`` (seeds torch, numpy and the env).
+by ``gymnasium.make(env_id, **env_kwargs)``, with ``seed=k`` (seeds torch, numpy and the env), and
+trains it for exactly ``n_updates`` updates (``learn(n_iterations=...)``) while a recorder records.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from experiments.core import Experiment, RunSpec, is_finished, save_seed, seed_path
-
-STOP_AT = 2**62
-"""``total_timesteps`` of ``learn``; the recorder stops training after the run's number of updates."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +104,8 @@ def run_task(task: Task) -> tuple[str, float]:
     start = time.perf_counter()
     spec = task.spec
     model = build_model(spec, task.seed)
-    recorder = RECORDERS[spec.recorder](spec.n_updates, **spec.recorder_kwargs)
-    model.learn(STOP_AT, callback=recorder, log_interval=0)
+    recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
+    model.learn(n_iterations=spec.n_updates, callback=recorder, log_interval=0)
     if recorder.updates_done != spec.n_updates:
         raise RuntimeError(f"{task.path}: ran {recorder.updates_done} updates, expected {spec.n_updates}")
     wall = time.perf_counter() - start

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch as th
 
+from agents.losses import cosine_misalignment
+from agents.zoo.hyperparams import ZOO_KEYS, load_hyperparams
+from experiments import runner, zoo
 from experiments.core import load_seed, seed_path
-from experiments.definitions import get_experiment
-from experiments.metrics import final, mechanism, misalignment, seed_mean_se, steps_to
-from experiments.recorders import MNISTRecorder, TabularMultiRecorder, TabularSingleRecorder
+from experiments.definitions import EXPERIMENTS, get_experiment
+from experiments.metrics import final, mechanism, seed_mean_se, steps_to
+from experiments.recorders import CurveRecorder, MNISTRecorder, TabularMultiRecorder, TabularSingleRecorder
 from experiments.report import load_runs, markdown_table, report, summarize
-from experiments.runner import build_model, plan, run_tasks
+from experiments.runner import Task, build_model, plan, run_task, run_tasks
+
+th.set_num_threads(1)
 
 # ------------------------------------------------------------------------------- report statistics
 
@@ -36,6 +42,10 @@ def test_final_is_seed_mean_of_last_point_with_population_se():
     assert se == pytest.approx(np.std([0.011, 0.009, 0.013]) / math.sqrt(3))
     m, s = seed_mean_se(curves)
     assert m[1] == pytest.approx(0.2) and s[0] == 0.0
+
+
+def misalignment(g1, g2) -> float:
+    return float(cosine_misalignment(th.as_tensor(g1, dtype=th.float64), th.as_tensor(g2, dtype=th.float64)))
 
 
 def test_misalignment_matches_the_reference_formula():
@@ -63,8 +73,9 @@ def test_mechanism_surplus_vanishes_for_one_vs_rest_methods_and_symmetric_errors
 # ------------------------------------------------------------------------------- recorders
 
 
-def _learn(model, recorder):
-    model.learn(2**62, callback=recorder, log_interval=0)
+def _learn(model, recorder, n_updates):
+    model.learn(n_iterations=n_updates, callback=recorder, log_interval=0)
+    assert recorder.updates_done == n_updates
     return recorder.arrays()
 
 
@@ -75,7 +86,7 @@ def test_tabular_multi_step_matches_the_normalised_step_by_hand():
     z = th.tensor([[0.0, 1.0, -1.0, 0.5], [2.0, 0.0, 0.0, 0.0], [-1.0, 0.3, 0.2, 0.1]])
     with th.no_grad():
         model.policy.logits.copy_(z)
-    arrays = _learn(model, TabularMultiRecorder(1))
+    arrays = _learn(model, TabularMultiRecorder(), 1)
     pi = th.softmax(z.double(), -1).numpy()
     v = np.eye(4)[[0, 0, 0]] - pi
     g = pi[:, :1] * v  # PG's exact ascent direction p_n (e_0 - pi_n)
@@ -90,11 +101,11 @@ def test_tabular_multi_step_matches_the_normalised_step_by_hand():
 def test_tabular_single_error_before_update_and_misalignment_of_the_step():
     spec = get_experiment("tabular_single").build(2, True)["K100"]["tpo"]
     model = build_model(spec, seed=3)
-    recorder = TabularSingleRecorder(2)
+    recorder = TabularSingleRecorder()
     tables = []
     recorder.before_update = _wrap(recorder.before_update, lambda: tables.append(model.policy.logits.detach()
                                                                                  .double().clone()))
-    arrays = _learn(model, recorder)
+    arrays = _learn(model, recorder, 2)
     assert len(arrays["update/error"]) == 2
     assert arrays["update/error"][0] == pytest.approx(0.99)  # uniform over 100 arms, before the first update
     z0, z1 = tables[0][0].numpy(), tables[1][0].numpy()
@@ -116,7 +127,7 @@ def _wrap(method, before):
 def test_mnist_recorder_evaluates_every_k_updates_at_the_offset_label():
     spec = get_experiment("mnist").build(4, True)["B100"]["tpo"]
     model = build_model(spec, seed=0)
-    arrays = _learn(model, MNISTRecorder(4, eval_every=2, mechanism_algo="tpo"))
+    arrays = _learn(model, MNISTRecorder(eval_every=2, mechanism_algo="tpo"), 4)
     assert arrays["eval/x"].tolist() == [0, 2]  # evaluations after 2 and 4 updates
     assert arrays["eval/error"].shape == (2,) and 0.5 < arrays["eval/error"][0] < 1
     assert arrays["eval/mechanism_surplus"].shape == (2, 4)
@@ -159,3 +170,76 @@ def test_plan_rejects_unknown_variants_and_algorithms(tmp_path):
         plan(experiment, tmp_path, variants=["V3"])
     with pytest.raises(ValueError, match="tpo_token"):
         plan(experiment, tmp_path, algorithms=["tpo_token"])
+
+
+def test_runner_trains_exactly_n_updates_with_learn_n_iterations(tmp_path, monkeypatch):
+    spec = get_experiment("tabular_single").build(3, True)["K100"]["pg"]
+    calls = []
+
+    def spy(spec, seed):
+        model = build_model(spec, seed)
+        learn, train = model.learn, model.train
+
+        def recorded_learn(*args, **kwargs):
+            calls.append((args, kwargs))
+            return learn(*args, **kwargs)
+
+        def counted_train(batch):
+            calls.append("train")
+            return train(batch)
+
+        model.learn, model.train = recorded_learn, counted_train
+        return model
+
+    monkeypatch.setattr(runner, "build_model", spy)
+    path = tmp_path / "seed_0.npz"
+    run_task(Task("tabular_single", "K100", 0, spec, str(path)))
+    (args, kwargs), *trained = calls
+    assert args == () and kwargs["n_iterations"] == 3 and "total_timesteps" not in kwargs
+    assert trained == ["train"] * 3
+    assert load_seed(path)[0]["update/error"].shape == (3,)
+
+
+def test_recorders_record_and_never_stop_training():
+    spec = get_experiment("tabular_multi").build(1, True)["N100_K10"]["tpo"]
+    spec = replace(spec, env_kwargs={"n_contexts": 3, "n_arms": 4})
+    model = build_model(spec, seed=0)
+    recorder = CurveRecorder()
+    model.learn(n_iterations=5, callback=recorder, log_interval=0)
+    assert recorder.updates_done == 5 and recorder.arrays()["update/error"].shape == (5,)
+
+
+# ------------------------------------------------------------------------------- hyperparameters
+
+
+def test_token_run_kwargs_come_from_zoo_configs():
+    run = get_experiment("vocab_sweep").build(10, False)["V2"]["tpo"]
+    zoo_values = load_hyperparams([str(zoo.ZOO_CONFIGS)], "tpo", "TPO/TokenReversal-v0", verbose=0).values
+    assert run.env_id == "TPO/TokenReversal-v0" and run.policy == zoo_values["policy"]
+    for key in ("learning_rate", "n_epochs", "batch_size", "eta", "anchor"):
+        assert run.kwargs[key] == zoo_values[key], key
+    assert run.kwargs["group_mode"] == "token" and run.n_updates == 10
+
+
+def test_a_zoo_config_change_reaches_the_experiments(tmp_path, monkeypatch):
+    configs = tmp_path / "zoo_configs"
+    shutil.copytree(zoo.ZOO_CONFIGS, configs)
+    text = (configs / "tpo.yml").read_text()
+    assert "  n_epochs: 4\n" in text
+    (configs / "tpo.yml").write_text(text.replace("  n_epochs: 4\n", "  n_epochs: 3\n", 1))
+    monkeypatch.setattr(zoo, "ZOO_CONFIGS", configs)
+    assert get_experiment("vocab_sweep").build(10, False)["V2"]["tpo"].kwargs["n_epochs"] == 3
+    assert get_experiment("epoch_sweep").build(10, False)["E8"]["tpo"].kwargs["n_epochs"] == 8  # swept
+
+
+def test_no_zoo_only_key_reaches_a_constructor_and_ablations_hold():
+    for experiment in EXPERIMENTS.values():
+        for smoke in (False, True):
+            for runs in experiment.build(7, smoke).values():
+                for algo, spec in runs.items():
+                    assert not set(spec.kwargs) & (ZOO_KEYS | {"policy"}), (experiment.name, algo)
+                    assert spec.n_updates == 7
+    tpo_1ep = get_experiment("diagnostics").build(3, True)["H8_K32"]["tpo_1ep"]
+    assert tpo_1ep.kwargs["n_epochs"] == 1 and tpo_1ep.kwargs["batch_size"] == 32
+    with pytest.raises(ValueError, match="n_epochs"):
+        zoo.zoo_run("tpo_1ep", "TPO/TokenReversal-v0", 3, n_epochs=4)

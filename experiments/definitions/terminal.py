@@ -1,11 +1,13 @@
-"""Terminal (exact-match) reward (paper Sections 3.6-3.7, Table 3, Figs. 8-9; spec 2.2, 5, 9).
+"""Terminal (exact-match) reward (paper Sections 3.6-3.7, Table 3, Figs. 8-9).
 
 Reverse copy, V = 2, B = 100 prompts, K = 8 full completions per prompt for the grouped methods
 (sequence-level TPO, GRPO, GRPO without KL, TPO without anchor, Group PG), one completion for PPO/DG;
-2,000 episodes, 20 seeds. Metric: exact-match error of the training batch (all K completions count).
+2,000 episodes, 20 seeds; the settings are the zoo's (``zoo_configs/<algo>.yml``) but for the terminal
+reward, H, K, the matching and the sequence-level grouping. Metric: exact-match error of the training
+batch (all K completions count).
 
 * ``terminal`` (Table 3, Fig. 8): H in {7, 8, 9, 10}, prompt-matched and interaction-matched (PPO/DG
-  with B*K = 800 prompts and lr x sqrt(8); the grouped methods are unchanged, spec 5, so their
+  with B*K = 800 prompts and lr x sqrt(8), Sec. 3.6; the grouped methods are unchanged, so their
   interaction-matched cells are the prompt-matched runs).
 * ``ablations`` (Section 3.7, Fig. 9): TPO, TPO-no-anchor, Group PG, GRPO, GRPO (no KL) at H in {7, 8, 10}.
 """
@@ -38,7 +40,7 @@ def build_ablations(updates: int, smoke: bool) -> Grid:
 TERMINAL = Experiment(
     name="terminal", paper="Table 3, Fig. 8 (Section 3.6)", full=Size(20, 2000), smoke=Size(2, 20),
     build=build_terminal, threshold=0.05, log_panels=(False,),
-    notes="exact-match error; interaction-matched grouped cells = the prompt-matched runs (spec 5).",
+    notes="exact-match error; interaction-matched grouped cells = the prompt-matched runs (Sec. 3.6).",
 )
 ABLATIONS = Experiment(
     name="ablations", paper="Section 3.7, Fig. 9", full=Size(20, 2000), smoke=Size(2, 20),

@@ -1,0 +1,57 @@
+"""The experiments' hyperparameters come from the zoo: ``zoo_configs/<algo>.yml``, the entry of the env id
+(or ``default``), read by ``agents.zoo.hyperparams.load_hyperparams`` as ``python train.py`` reads it,
+with the keyword arguments that define an ablation (``agents.zoo.registry.ablation_kwargs``).
+
+An experiment adds only what it varies (V, H, K, eta, the reward type, the target logic, the matching,
+the grouping level, a swept batch size, ...) through :func:`zoo_run`. The zoo-only keys (``n_timesteps``,
+``env_kwargs``, ``eval_env_kwargs``, ``callback``, ...) never reach the constructor: the number of updates
+is the experiment's, and the YAML ``env_kwargs`` are the defaults of the run's env kwargs.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+from experiments.core import RunSpec
+
+ZOO_CONFIGS = Path(__file__).resolve().parents[1] / "zoo_configs"
+"""The project's ``zoo_configs/`` folder (the single source of the paper's settings)."""
+
+
+@functools.cache
+def _load(configs: str, algo: str, env_id: str) -> dict[str, Any]:
+    from agents.zoo.hyperparams import load_hyperparams
+
+    return load_hyperparams([configs], algo, env_id, verbose=0).values
+
+
+def zoo_hyperparams(algo: str, env_id: str, configs: str | Path | None = None) -> dict[str, Any]:
+    """The zoo's values of ``algo`` on ``env_id`` (zoo-only keys included), from ``configs/<algo>.yml``."""
+    return copy.deepcopy(_load(str(configs or ZOO_CONFIGS), algo, env_id))
+
+
+def zoo_run(algo: str, env_id: str, n_updates: int, env_kwargs: dict[str, Any] | None = None,
+            recorder: str = "curves", recorder_kwargs: dict[str, Any] | None = None,
+            configs: str | Path | None = None, **kwargs: Any) -> RunSpec:
+    """A run of ``algo`` on ``env_id`` with the zoo's hyperparameters, ``kwargs`` and ``env_kwargs`` on top.
+
+    Raises ``ValueError`` if the YAML file or ``kwargs`` contradict the setting that defines an ablation
+    (e.g. ``n_epochs`` of ``tpo_1ep``), as the zoo does.
+    """
+    from agents.zoo.hyperparams import algo_kwargs, evaluated
+    from agents.zoo.registry import ablation_kwargs
+
+    values = zoo_hyperparams(algo, env_id, configs)
+    constructor = {**algo_kwargs(values), **kwargs}
+    policy = constructor.pop("policy", None)
+    if policy is None:
+        raise ValueError(f"zoo_configs/{algo}.yml sets no policy for {env_id}")
+    for key, value in ablation_kwargs(algo).items():
+        if constructor.get(key, value) != value:
+            raise ValueError(f"{algo!r} is defined by {key}={value!r}, but the run sets {constructor[key]!r}")
+        constructor[key] = value
+    env = {**evaluated(values.get("env_kwargs") or {}), **(env_kwargs or {})}
+    return RunSpec(algo, env_id, env, policy, constructor, n_updates, recorder, dict(recorder_kwargs or {}))

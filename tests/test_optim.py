@@ -1,4 +1,4 @@
-"""Optimizers: MuonAdam against the optax formulas (spec 4.3) written out in numpy, NormalizedStep (2.6)."""
+"""Optimizers: MuonAdam against optax's formulas written out in numpy, NormalizedStep (paper Sec. 3.1)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ LR = 0.1
 
 
 def ns_reference(m: np.ndarray) -> np.ndarray:
-    """Newton-Schulz as spec 4.3 states it, in float64 numpy."""
+    """Newton-Schulz as optax's ``contrib.muon`` computes it, in float64 numpy."""
     x = np.array(m, dtype=np.float64)
     transpose = x.shape[0] > x.shape[1]
     if transpose:
@@ -30,7 +30,7 @@ def ns_reference(m: np.ndarray) -> np.ndarray:
 
 
 def muon_reference(p0: np.ndarray, grads: list[np.ndarray], lr: float = LR) -> np.ndarray:
-    """Muon (optax 0.2.8 defaults) over several steps, from the spec's formulas."""
+    """Muon (optax 0.2.8 defaults) over several steps, from its formulas."""
     p, m = p0.copy(), np.zeros_like(p0)
     fan_in, fan_out = p0.shape
     for t, g in enumerate(grads, start=1):
@@ -41,7 +41,7 @@ def muon_reference(p0: np.ndarray, grads: list[np.ndarray], lr: float = LR) -> n
 
 
 def adam_reference(p0: np.ndarray, grads: list[np.ndarray], lr: float = LR) -> np.ndarray:
-    """optax.adamw(nesterov=True, weight_decay=0) from the spec's formulas."""
+    """optax.adamw(nesterov=True, weight_decay=0) from its formulas."""
     p, m, v = p0.copy(), np.zeros_like(p0), np.zeros_like(p0)
     for t, g in enumerate(grads, start=1):
         m = 0.9 * m + 0.1 * g

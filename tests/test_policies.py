@@ -1,4 +1,4 @@
-"""Policies: tabular logit table, MNIST MLP and the token transformer (spec 2.6, 4.1, 4.2, 4.3)."""
+"""Policies: tabular logit table, MNIST MLP and the token transformer (docs/algorithms.md)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_transformer_init_statistics() -> None:
 
 
 def numpy_forward(policy: TransformerPolicy, tokens: np.ndarray) -> np.ndarray:
-    """Plain numpy forward written from spec 4.2 (heads contiguous), returning log-probs [N, T, V]."""
+    """Numpy forward of the architecture in docs/algorithms.md (heads contiguous): log-probs [N, T, V]."""
     p = {k: v.detach().double().numpy() for k, v in policy.named_parameters()}
     pre = "model."
 

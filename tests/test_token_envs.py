@@ -12,7 +12,7 @@ from tpo_gym.envs.tokens import LOGICS, REWARDS, TokenTaskEnv
 
 TOKEN_IDS = ["TPO/TokenCopy-v0", "TPO/TokenFlip-v0", "TPO/TokenReversal-v0", "TPO/TokenReverseFlip-v0"]
 
-# Hand-worked targets of the prompt x = [2, 0, 1, 1] with V = 3 (spec 3.4).
+# Hand-worked targets of the prompt x = [2, 0, 1, 1] with V = 3 (paper Sec. 3.5's four target logics).
 PROMPT = np.array([2, 0, 1, 1])
 TARGETS = {"copy": [2, 0, 1, 1], "flip": [0, 2, 1, 1], "reverse_copy": [1, 1, 0, 2],
            "reverse_flip": [1, 1, 2, 0]}

@@ -1,4 +1,4 @@
-"""One-step bandits of the paper (spec 3.1 and 3.2): a K-armed bandit and a multi-context bandit.
+"""One-step bandits of the paper (paper Secs. 3.1 and 3.2): a K-armed bandit and a multi-context bandit.
 
 Both are the same task: a context ``c`` (always 0 for the K-armed bandit) is drawn uniformly at
 reset, the agent pulls one arm ``a`` and gets ``r = 1[a = y*_c]``; the episode then ends.
@@ -70,7 +70,7 @@ class BanditTask(BatchedTask):
 
 
 class KArmedBanditEnv(BatchedTaskEnv):
-    """Single-context K-armed bandit (spec 3.1), ``TPO/KArmedBandit-v0``.
+    """Single-context K-armed bandit (paper Sec. 3.1), ``TPO/KArmedBandit-v0``.
 
     Observation: ``Discrete(1)``, always 0 (one context). Action: ``Discrete(n_arms)``, the arm
     pulled. Reward: ``r = 1[a = y*]`` with ``y* = correct_arm`` (default 0). Termination: every
@@ -84,7 +84,7 @@ class KArmedBanditEnv(BatchedTaskEnv):
 
 
 class MultiContextBanditEnv(BatchedTaskEnv):
-    """Multi-context bandit (spec 3.2), ``TPO/MultiContextBandit-v0``.
+    """Multi-context bandit (paper Sec. 3.2), ``TPO/MultiContextBandit-v0``.
 
     Observation: ``Discrete(n_contexts)``, the context index ``c`` drawn uniformly at reset.
     Action: ``Discrete(n_arms)``, the arm pulled. Reward: ``r = 1[a = y*_c]`` with ``y*_c =

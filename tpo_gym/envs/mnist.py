@@ -1,4 +1,4 @@
-"""MNIST contextual bandit of the paper (spec 3.3): classify one image per episode, reward 1 if right.
+"""MNIST contextual bandit of the paper (paper Sec. 3.3): classify one image per episode, reward 1 if right.
 
 The context is an image index into the split. Training draws indices uniformly with replacement
 (no epochs, as the reference does); the test split is sampled the same way, so a full test-set
@@ -82,7 +82,7 @@ def _check_render_mode(render_mode: str | None) -> str | None:
 
 
 class MNISTBanditEnv(BatchedTaskEnv):
-    """MNIST contextual bandit (spec 3.3), ``TPO/MNISTBandit-v0``.
+    """MNIST contextual bandit (paper Sec. 3.3), ``TPO/MNISTBandit-v0``.
 
     Observation: ``Box(0, 1, (784,), float32)``, one MNIST image (raw pixels / 255, flattened),
     drawn uniformly with replacement from ``split`` ("train": 60,000 images, "test": 10,000) at

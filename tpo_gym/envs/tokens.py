@@ -1,4 +1,4 @@
-"""Token tasks of the paper (spec 3.4): copy, flip, reverse copy and reverse flip a random prompt.
+"""Token tasks of the paper (paper Secs. 3.4-3.6): copy, flip, reverse copy and reverse flip a random prompt.
 
 A prompt ``x`` of ``H`` tokens is drawn i.i.d. uniform over ``{0..V-1}``; the agent writes ``H``
 tokens ``a_0..a_{H-1}``, one per step, and is scored against the target ``y*``:
@@ -107,7 +107,7 @@ class TokenTask(BatchedTask):
 
 
 class TokenTaskEnv(BatchedTaskEnv):
-    """Write the target sequence of a random prompt, one token per step (spec 3.4).
+    """Write the target sequence of a random prompt, one token per step (paper Secs. 3.4-3.6).
 
     Observation: ``MultiDiscrete([V+1] * 2H)`` int64, ``[x_0..x_{H-1}, a_0..a_{t-1}, PAD, ...]``
     with ``PAD = V`` in the slots not yet written. Action: ``Discrete(V)``, the next token ``a_t``.
@@ -116,7 +116,7 @@ class TokenTaskEnv(BatchedTaskEnv):
     ``r_{H-1} = H * prod_s c_s``. For all three, return / H = the paper's sequence score.
     Termination: after ``H`` steps (``terminated=True``); never truncated.
     Info: reset holds ``prompt``, ``target`` and ``context`` (= prompt). The final step holds
-    ``token_rewards`` (float32 [H], spec 3.4: ``c``, ``cumprod(c)``, or the exact-match flag at
+    ``token_rewards`` (float32 [H], per position: ``c``, ``cumprod(c)``, or the exact-match flag at
     every position), ``token_error = 1 - mean(token_rewards)``, ``exact_match`` and
     ``is_success`` (= ``exact_match``).
     Grouped use: ``score_candidates(cands [K])`` gives ``1[cand = y*_t]`` (bag) or

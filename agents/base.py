@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from gymnasium.envs.registration import load_env_creator
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import ResultsWriter
@@ -34,6 +35,8 @@ from tpo_gym.sb3 import SB3VecEnv
 from tpo_gym.vector import BatchedTaskEnv, BatchedTaskVectorEnv
 
 MATCHES = ("prompts", "interactions")
+#: Diagnostics logged from the last epoch (they are trivially 0 at the first, where pi = pi_old).
+LAST_EPOCH_STATS = ("clip_fraction",)
 
 _VEC_ONLY_KWARGS = ("num_envs", "vectorization_mode", "max_episode_steps", "render_mode")
 
@@ -194,15 +197,28 @@ class GroupAlgorithm(BaseAlgorithm):
         ).to(self.device)
 
     def _probe_env(self, source: EnvLike) -> gym.Env:
-        """A single env of ``source`` (``source`` itself if it is one) to read the spaces from."""
-        probe = source if isinstance(source, gym.Env) else gym.make(self.env_id, **self.env_kwargs)
-        if not isinstance(probe.unwrapped, BatchedTaskEnv):
+        """A single env of ``source`` (``source`` itself if it is one) to read the spaces from.
+
+        Checks first that the registered env is a natively batched ``tpo_gym`` env, so that another
+        env (CartPole, say) gets a clear error rather than a failure inside its constructor.
+        """
+        name = type(self).__name__
+        entry_point = gym.spec(self.env_id).entry_point
+        env_class = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+        if not (isinstance(env_class, type) and issubclass(env_class, BatchedTaskEnv)):
             raise ValueError(
-                f"{type(self).__name__} collects groups from a natively batched tpo_gym env (the TPO/ envs); "
+                f"{name} collects groups from a natively batched tpo_gym env (the TPO/ envs); "
                 f"{self.env_id!r} is not one. Train it with an SB3 algorithm (e.g. sb3_ppo) instead."
             )
+        if isinstance(source, gym.Env):
+            probe = source
+        else:
+            try:
+                probe = gym.make(self.env_id, **self.env_kwargs)
+            except TypeError as err:
+                raise ValueError(f"cannot make {self.env_id} with {self.env_kwargs}: {err}") from err
         if not isinstance(probe.action_space, spaces.Discrete):
-            raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {probe.action_space}")
+            raise ValueError(f"{name} needs a Discrete action space, got {probe.action_space}")
         return probe
 
     def _build_env(self) -> None:
@@ -351,6 +367,7 @@ class GroupAlgorithm(BaseAlgorithm):
                 first_stats = stats
             self.policy.optimizer.step()
         self._n_updates += self.n_epochs
+        first_stats.update({key: stats[key] for key in LAST_EPOCH_STATS if key in stats})
         first_stats["approx_kl"] = losses.policy_kl(batch.old_log_probs, log_probs.detach())
         for key, value in first_stats.items():
             self.logger.record(f"train/{key}", float(value))
@@ -362,7 +379,8 @@ class GroupAlgorithm(BaseAlgorithm):
     #   group_loss(view: GroupView)   -> (loss, stats)
     #   sample_loss(view: SampleView) -> (loss, stats)
     #   exact_loss(view: ExactView)   -> (loss, stats)
-    # ``stats`` (tensors or floats) are logged under ``train/`` from the first epoch.
+    # ``stats`` (tensors or floats) are logged under ``train/`` from the first epoch, except
+    # LAST_EPOCH_STATS (measured, like ``approx_kl``, at the start of the last epoch).
 
     # ------------------------------------------------------------------------------- logging
     def _dump_logs(self, iteration: int) -> None:

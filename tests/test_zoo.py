@@ -398,3 +398,34 @@ def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str) -> 
     assert Path(result.save_path, f"{registry.env_file_name(env)}.zip").is_file()
     for name, value in registry.ablation_kwargs(algo).items():
         assert getattr(result.model, name) == value
+
+
+# ---------------------------------------------------------------------- the algorithm owns its env
+@pytest.mark.parametrize(
+    "algo, override",
+    [("dg", "normalize:True"), ("tpo", "n_envs:4"), ("ppo", "frame_stack:2"),
+     ("grpo", "env_wrapper:'gymnasium.wrappers.RecordEpisodeStatistics'")],
+)  # fmt: skip
+def test_env_pipeline_keys_are_refused_for_grouped_algorithms(tmp_path: Path, algo: str, override: str):
+    env = "MNISTBandit" if algo == "dg" else "TokenReversal"
+    cmd = [sys.executable, str(ROOT / "train.py"), "--algo", algo, "--env", env, "-f", str(tmp_path / "logs"),
+           "-params", override]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    key = override.split(":")[0]
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and key in out.stderr and repr(algo) in out.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_grouped_algorithm_on_another_env_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="'CartPole-v1' is not one"):
+        zoo(tmp_path, "-n", "10", algo="tpo", env="CartPole-v1")
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_clip_range_schedule_trains_and_is_logged(tmp_path: Path, algo: str) -> None:
+    zoo(tmp_path, "-n", "36", "-tb", str(tmp_path / "tb"), "--env-kwargs", "sequence_length:3",
+        "-params", *TINY_GROUP, "clip_range:lin_0.2", algo=algo)  # fmt: skip
+    clip = [value for _, value in tb_tags(tmp_path / "tb")["train/clip_range"]]
+    assert clip == pytest.approx([0.2 * (1 - k / 3) for k in (1, 2, 3)], abs=1e-6)

@@ -1,4 +1,4 @@
-"""MLP softmax policy (the MNIST contextual bandit, spec 4.1)."""
+"""MLP softmax policy (the MNIST contextual bandit, paper Sec. 3.3)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Optimizers of the reference implementation, written for PyTorch.
+"""The paper's optimizers, written for PyTorch (paper Sec. 3, 3.1).
 
-* :class:`NormalizedStep`: the tabular bandits' update ``z <- z + alpha * g / ||g||`` (spec 2.6), with a
+* :class:`NormalizedStep`: the tabular bandits' update ``z <- z + alpha * g / ||g||`` (paper Sec. 3.1), with a
   global L2 norm over every parameter of the optimizer.
-* :class:`MuonAdam`: optax 0.2.8 ``contrib.muon`` with its defaults (spec 4.3), as ONE torch optimizer
+* :class:`MuonAdam`: optax 0.2.8 ``contrib.muon`` with its defaults (paper Sec. 3), as ONE torch optimizer
   with two kinds of parameter groups: ``kind="muon"`` for parameters that are exactly 2-D and
   ``kind="adam"`` (a Nesterov Adam without weight decay) for everything else.
 

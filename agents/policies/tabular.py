@@ -1,4 +1,4 @@
-"""Tabular softmax policy: an explicit logit table (spec 2.6)."""
+"""Tabular softmax policy: an explicit logit table (paper Sec. 3.1-3.2)."""
 
 from __future__ import annotations
 

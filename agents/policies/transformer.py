@@ -1,10 +1,10 @@
-"""Small causal transformer policy for the token tasks (spec 3.4, 4.2, 4.3).
+"""Small causal transformer policy for the token tasks (paper Sec. 3, 3.4; docs/algorithms.md).
 
 The model input is the length-2H sequence ``[x_0..x_{H-1}, a_0..a_{H-1}]`` (prompt, then the generated
 tokens; no special tokens); output token t is predicted at position ``H-1+t``.
 
 Every parameter is stored in **flax's layout** so that optax's Muon partition ("exactly 2-D -> Muon,
-everything else -> Adam", spec 4.3) and Muon's shape factor (``(rows, cols) = (fan_in, fan_out)``) apply
+everything else -> Adam", paper Sec. 3) and Muon's shape factor (``(rows, cols) = (fan_in, fan_out)``) apply
 literally:
 
 =========================================  ==================  =========
@@ -184,7 +184,7 @@ class Block(nn.Module):
 
 
 class CausalTransformer(nn.Module):
-    """Decoder-only transformer of spec 4.2 returning next-token log-probabilities.
+    """Decoder-only transformer (docs/algorithms.md) returning next-token log-probabilities.
 
     :param vocab_size: V
     :param max_len: number of positions (2H)
@@ -267,7 +267,7 @@ class CausalTransformer(nn.Module):
 
 
 class TransformerSoftmaxPolicy(GroupPolicy):
-    """Causal transformer policy over token buffers (spec 4.2), with the Muon/Adam optimizer (spec 4.3).
+    """Causal transformer policy over token buffers, with the Muon/Adam optimizer (paper Sec. 3).
 
     Observation: ``MultiDiscrete([V + 1] * 2H)`` integer buffer ``[x_0..x_{H-1}, a_0..a_{t-1}, PAD...]``
     with ``PAD = V`` for the slots not generated yet. Action: ``Discrete(V)``, the next token.

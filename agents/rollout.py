@@ -2,8 +2,8 @@
 in, tensors out.
 
 * ``collect_token_groups``  (token mode): one behaviour trajectory per context; at each prefix
-  state x_t draw K next-action candidates a_{t,1..K} ~ pi_old(.|x_t) (with replacement, candidate 1
-  is the behaviour action), let the env score them without stepping, then step with candidate 1.
+  state x_t draw K next-action candidates a_{t,1..K} ~ pi_old(.|x_t) (with replacement, the first
+  is the behaviour action), let the env score them without stepping, then step with the first.
 * ``collect_episodes``      (sequence and single modes): K full episodes per context; the env resets
   blocks of K sub-envs to one shared context (K = 1 is the single-sample case).
 * ``collect_population``    (population mode): every action of every context, scored exactly, for

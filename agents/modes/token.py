@@ -12,7 +12,7 @@ from agents.rollout import TokenGroups, collect_token_groups
 
 class TokenMode(EpisodeMode):
     """B behaviour trajectories; at each state x_t, K candidates a_{t,i} ~ pi_old(.|x_t) with the
-    env's rewards r_{t,i}; the trajectory continues with candidate 1 (paper Sec. 3.4).
+    env's rewards r_{t,i}; the trajectory continues with the first candidate (paper Sec. 3.4).
 
     Group view: L[b,t,i] = log pi(a_{t,i} | x_t), s[b,t,i] = r_{t,i}, groups ``[B, H, K]``.
     """

@@ -28,11 +28,9 @@ from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spac
 from stable_baselines3.common.vec_env import VecEnv
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-from agents import losses
 from agents.modes import MODES, VIEWS, CollectionMode, make_mode
 from agents.policies import MlpPolicy, TabularPolicy, TransformerPolicy
 from tpo_gym.sb3 import SB3VecEnv
-from tpo_gym.vector import BatchedTaskEnv, BatchedTaskVectorEnv
 
 MATCHES = ("prompts", "interactions")
 #: Diagnostics logged from the last epoch (they are trivially 0 at the first, where pi = pi_old).
@@ -74,6 +72,9 @@ class GroupAlgorithm(BaseAlgorithm):
         B*K contexts and the learning rate times sqrt(K) (paper Sec. 3.5).
     :param baseline: single mode: ``"batch_mean"`` (per-position batch mean), ``"expected"``
         (sum_k pi_k^2, the MNIST baseline) or a constant (0.5 in the tabular runs).
+    :param kl_coef: weight of a per-token KL to the frozen reference model added to the loss (text
+        mode: the paper's LLM runs use 1e-3); 0 adds nothing.
+    :param mode_kwargs: extra settings of the collection mode (text mode: ``sample_every``).
     :param env_kwargs: keyword arguments of the env when ``env`` is an id.
     :param monitor_dir: write one ``monitor.csv`` row per collected episode into this folder.
     """
@@ -103,6 +104,8 @@ class GroupAlgorithm(BaseAlgorithm):
         group_mode: str | None = None,
         match: str = "prompts",
         baseline: str | float = "batch_mean",
+        kl_coef: float = 0.0,
+        mode_kwargs: dict[str, Any] | None = None,
         env_kwargs: dict[str, Any] | None = None,
         monitor_dir: str | None = None,
         stats_window_size: int = 100,
@@ -133,6 +136,8 @@ class GroupAlgorithm(BaseAlgorithm):
         self.group_mode = group_mode or self.default_mode
         self.match = match
         self.baseline = baseline
+        self.kl_coef = kl_coef
+        self.mode_kwargs = dict(mode_kwargs or {})
         self.env_id: str | None = None
         self.env_kwargs: dict[str, Any] = {}
         self.monitor_dir = monitor_dir
@@ -147,6 +152,14 @@ class GroupAlgorithm(BaseAlgorithm):
             self._setup_model()
 
     # ----------------------------------------------------------------------------------- setup
+    def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
+        """SB3's alias lookup, with ``"LLMPolicy"`` imported on first use (transformers is heavy)."""
+        if policy_name == "LLMPolicy":
+            from agents.policies.llm import LLMPolicy
+
+            return LLMPolicy
+        return super()._get_policy_from_name(policy_name)
+
     @classmethod
     def loss_views(cls) -> tuple[str, ...]:
         """The views of a batch this algorithm has a loss for (``group``, ``sample``, ``exact``)."""
@@ -184,7 +197,11 @@ class GroupAlgorithm(BaseAlgorithm):
             match=self.match,
             baseline=self.baseline,
             observation_space=self.observation_space,
+            **self.mode_kwargs,
         )
+        if self.kl_coef and not self.mode.has_reference_kl:
+            raise ValueError(f"kl_coef={self.kl_coef!r} needs a mode with a reference model (text), "
+                             f"not group_mode={self.group_mode!r}")
         self._view = next(kind for kind in self.mode.views if kind in self.loss_views())
         self.lr_schedule = _ScaledSchedule(FloatSchedule(self.learning_rate), self.mode.lr_scale)
         for name in self.schedules:
@@ -202,13 +219,13 @@ class GroupAlgorithm(BaseAlgorithm):
         Checks first that the registered env is a natively batched ``tpo_gym`` env, so that another
         env (CartPole, say) gets a clear error rather than a failure inside its constructor.
         """
-        name = type(self).__name__
+        name, mode = type(self).__name__, MODES[self.group_mode]
         entry_point = gym.spec(self.env_id).entry_point
         env_class = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-        if not (isinstance(env_class, type) and issubclass(env_class, BatchedTaskEnv)):
+        if not (isinstance(env_class, type) and issubclass(env_class, mode.env_types)):
             raise ValueError(
-                f"{name} collects groups from a natively batched tpo_gym env (the TPO/ envs); "
-                f"{self.env_id!r} is not one. Train it with an SB3 algorithm (e.g. sb3_ppo) instead."
+                f"{name} in {mode.name} mode collects groups from {mode.env_description}; "
+                f"{self.env_id!r} is not one. Train other envs with an SB3 algorithm (e.g. sb3_ppo)."
             )
         if isinstance(source, gym.Env):
             probe = source
@@ -217,8 +234,9 @@ class GroupAlgorithm(BaseAlgorithm):
                 probe = gym.make(self.env_id, **self.env_kwargs)
             except TypeError as err:
                 raise ValueError(f"cannot make {self.env_id} with {self.env_kwargs}: {err}") from err
-        if not isinstance(probe.action_space, spaces.Discrete):
-            raise ValueError(f"{name} needs a Discrete action space, got {probe.action_space}")
+        if not isinstance(probe.action_space, mode.action_space_types):
+            raise ValueError(f"{name} in {mode.name} mode needs a {mode.action_space_types[0].__name__} "
+                             f"action space, got {probe.action_space}")
         return probe
 
     def _build_env(self) -> None:
@@ -226,7 +244,7 @@ class GroupAlgorithm(BaseAlgorithm):
         vector_env = gym.make_vec(
             self.env_id, num_envs=self.mode.n_envs, vectorization_mode="vector_entry_point", **self.env_kwargs
         )
-        if not isinstance(vector_env.unwrapped, BatchedTaskVectorEnv):
+        if not isinstance(vector_env.unwrapped, self.mode.vector_env_types):
             raise ValueError(f"{self.env_id!r} has no natively batched vector env")
         self.env = SB3VecEnv(vector_env)
         self.n_envs = self.env.num_envs
@@ -351,28 +369,57 @@ class GroupAlgorithm(BaseAlgorithm):
         return batch
 
     def train(self, batch: Any) -> None:
-        """``n_epochs`` full-batch optimizer steps on one batch, targets and old log-probs frozen."""
+        """``n_epochs`` full-batch optimizer steps on one batch, targets and old log-probs frozen.
+
+        A mode may split a batch into parts of whole groups (the text mode's micro-batches); each
+        part's loss is weighted by its share of the batch and the gradients accumulate, so one
+        optimizer step sees the full-batch gradient. Logged stats are the parts' weighted means.
+        """
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         for name in self.schedules:
             self.logger.record(f"train/{name}", self.scheduled(name))
-        loss_fn = getattr(self, f"{self._view}_loss")
+        start = time.perf_counter()
         for epoch in range(self.n_epochs):
-            log_probs = self.mode.log_probs(self.policy, batch)
-            loss, stats = loss_fn(self.mode.view(self._view, batch, log_probs))
+            last = epoch == self.n_epochs - 1
             self.policy.optimizer.zero_grad()
-            loss.backward()
+            stats, loss, kl = self._accumulate_gradients(batch, last)
             if epoch == 0:
                 stats["grad_norm"] = _global_grad_norm(self.policy.parameters())
                 first_stats = stats
             self.policy.optimizer.step()
+        self.mode.after_update(self.policy)
         self._n_updates += self.n_epochs
         first_stats.update({key: stats[key] for key in LAST_EPOCH_STATS if key in stats})
-        first_stats["approx_kl"] = losses.policy_kl(batch.old_log_probs, log_probs.detach())
+        first_stats["approx_kl"] = kl
         for key, value in first_stats.items():
             self.logger.record(f"train/{key}", float(value))
-        self.logger.record("train/loss", float(loss.detach()))
+        self.logger.record("train/loss", loss)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        tokens = self.mode.train_tokens(batch)
+        if tokens is not None:
+            seconds = max(time.perf_counter() - start, 1e-9)
+            self.logger.record("time/train_tokens_per_s", self.n_epochs * tokens / seconds)
+
+    def _accumulate_gradients(self, batch: Any, last_epoch: bool) -> tuple[dict[str, float], float, float]:
+        """Backward of the loss over the batch's parts; returns (stats, loss, KL to pi_old), weighted."""
+        loss_fn = getattr(self, f"{self._view}_loss")
+        stats: dict[str, float] = {}
+        total_loss = total_kl = 0.0
+        for part, weight in self.mode.parts(batch):
+            log_probs = self.mode.log_probs(self.policy, part)
+            loss, part_stats = loss_fn(self.mode.view(self._view, part, log_probs))
+            if self.kl_coef:
+                kl_ref = self.mode.reference_kl(self.policy, part, log_probs)
+                part_stats["reference_kl"] = kl_ref.detach()
+                loss = loss + self.kl_coef * kl_ref
+            (loss * weight).backward()
+            total_loss += weight * float(loss.detach())
+            for key, value in part_stats.items():
+                stats[key] = stats.get(key, 0.0) + weight * float(value)
+            if last_epoch:
+                total_kl += weight * float(self.mode.approx_kl(part, log_probs.detach()))
+        return stats, total_loss, total_kl
 
     # -------------------------------------------------------------------------- algorithm hooks
     # A subclass defines one or more of:

@@ -34,7 +34,7 @@ class DG(GroupAlgorithm):
 
     def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
         gated = losses.dg_weights(view.logp, view.advantages, self.eta)
-        loss = losses.dg_loss(view.logp, view.advantages, self.eta)
+        loss = losses.dg_loss(view.logp, view.advantages, self.eta, weights=view.weights)
         return loss, {"mean_abs_gated_advantage": gated.abs().mean()}
 
     def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:

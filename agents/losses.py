@@ -169,6 +169,22 @@ def grpo_loss(
     return -(per_group * mask).sum() / mask.sum().clamp(min=1)
 
 
+def sequence_logscores(
+    token_log_probs: torch.Tensor, mask: torch.Tensor, reduction: str = "sum"
+) -> torch.Tensor:
+    """A completion's log-score from its per-token log-probs ``[N, T]`` and 0/1 ``mask`` ``[N, T]``.
+
+    ``"sum"``:  L = sum_t m_t log pi(y_t | x, y_<t), the sequence log-probability (the token tasks);
+    ``"mean"``: L = sum_t m_t log pi(y_t | x, y_<t) / max(1, sum_t m_t), the per-token mean, the
+    default for text: summed log-probs of sampled completions differ by tens of nats, which makes the
+    group softmax one-hot and the TPO target equal to p_old.
+    """
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"logscore reduction {reduction!r}: use 'sum' or 'mean'")
+    total = (token_log_probs * mask).sum(-1)
+    return total if reduction == "sum" else total / mask.sum(-1).clamp(min=1)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Single-sample losses (PPO, DG, REINFORCE, MNIST and tabular bandits)
 
@@ -346,6 +362,33 @@ def policy_kl(old_log_probs: torch.Tensor, log_probs: torch.Tensor) -> torch.Ten
     KL = mean_states sum_a pi_old(a) (log pi_old(a) - log pi_theta(a)); logged as ``train/approx_kl``.
     """
     return (old_log_probs.exp() * (old_log_probs - log_probs)).sum(-1).mean()
+
+
+def k3_kl(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(p || q) from samples of p, with x = log q - log p per sample:
+    k3 = exp(x) - x - 1 >= 0, averaged over the entries where ``mask`` is 1 (all when None).
+
+    KL(pi_old || pi_theta): x = log pi_theta - log pi_old; KL(pi_theta || pi_ref) (the LLM runs'
+    penalty to the frozen reference): x = log pi_ref - log pi_theta.
+    """
+    k3 = torch.exp(log_ratio) - log_ratio - 1
+    if mask is None:
+        return k3.mean()
+    return (k3 * mask).sum() / mask.sum().clamp(min=1)
+
+
+@torch.no_grad()
+def effective_group_size(logscores: torch.Tensor) -> torch.Tensor:
+    """exp(H(p)) of p = softmax_K(L) per group ``[..., K]``, averaged over groups: K for a uniform
+    group, 1 when one candidate takes all the mass (then the TPO target equals p_old)."""
+    log_p = torch.log_softmax(logscores, -1)
+    return torch.exp(-(log_p.exp() * log_p).sum(-1)).mean()
+
+
+@torch.no_grad()
+def logscore_spread(logscores: torch.Tensor) -> torch.Tensor:
+    """max_K L - min_K L per group ``[..., K]``, averaged over groups (nats)."""
+    return (logscores.max(-1).values - logscores.min(-1).values).mean()
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ class PG(GroupAlgorithm):
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
     def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
-        return losses.pg_loss(view.logp, view.advantages), {}
+        return losses.pg_loss(view.logp, view.advantages, weights=view.weights), {}
 
     def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
         return losses.pg_loss(view.log_probs, view.rewards, weights=view.old_probs), {}
@@ -49,5 +49,5 @@ class GroupPG(GroupAlgorithm):
     def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
         first = view.actions[:, 0]
         u = losses.standardize(losses.onehot_scores(first, view.sequence_advantages, view.n_actions))
-        weights = u.gather(-1, first.unsqueeze(-1)).squeeze(-1) / self.eta
-        return losses.pg_loss(view.logp, weights), {}
+        sampled_u = u.gather(-1, first.unsqueeze(-1)).squeeze(-1) / self.eta
+        return losses.pg_loss(view.logp, sampled_u, weights=view.weights), {}

@@ -25,7 +25,7 @@ SMALL = dict(batch_size=4, group_size=2, seed=0, device="cpu")
 
 
 def test_every_mode_is_a_collection_mode_offering_views():
-    assert sorted(MODES) == ["population", "sequence", "single", "token"]
+    assert sorted(MODES) == ["population", "sequence", "single", "text", "token"]
     for mode in MODES.values():
         assert issubclass(mode, CollectionMode) and mode.views
 
@@ -33,12 +33,12 @@ def test_every_mode_is_a_collection_mode_offering_views():
 @pytest.mark.parametrize(
     "algo, modes",
     [
-        (TPO, ("token", "sequence", "single", "population")),
-        (GRPO, ("token", "sequence", "single", "population")),
-        (GroupPG, ("token", "sequence", "single", "population")),
-        (DG, ("single", "population")),
-        (PG, ("single", "population")),
-        (PPO, ("single",)),
+        (TPO, ("token", "sequence", "single", "population", "text")),
+        (GRPO, ("token", "sequence", "single", "population", "text")),
+        (GroupPG, ("token", "sequence", "single", "population", "text")),
+        (DG, ("single", "population", "text")),
+        (PG, ("single", "population", "text")),
+        (PPO, ("single", "text")),
         (CE, ("population",)),
     ],
 )
@@ -79,7 +79,7 @@ def test_population_mode_enumerates_the_contexts_of_a_tabular_env():
 
 
 def test_an_env_that_is_not_natively_batched_gets_a_clear_error():
-    with pytest.raises(ValueError, match="'CartPole-v1' is not one. Train it with an SB3 algorithm"):
+    with pytest.raises(ValueError, match="'CartPole-v1' is not one. Train other envs with an SB3 algorithm"):
         TPO("MlpPolicy", "CartPole-v1", **SMALL)
 
 

@@ -5,7 +5,14 @@ Importing the package registers these ids (namespace ``TPO``), each with a singl
 
 * ``TPO/KArmedBandit-v0``, ``TPO/MultiContextBandit-v0``, ``TPO/MNISTBandit-v0``;
 * ``TPO/TokenCopy-v0``, ``TPO/TokenFlip-v0``, ``TPO/TokenReversal-v0`` (reverse copy),
-  ``TPO/TokenReverseFlip-v0``: kwargs ``reward``, ``sequence_length``, ``vocab_size``.
+  ``TPO/TokenReverseFlip-v0``: kwargs ``reward``, ``sequence_length``, ``vocab_size``;
+* text RLVR on reasoning-gym tasks (``tpo_gym.envs.text``; observation a prompt string, action a
+  completion string, one step per episode; needs ``pip install 'tpo-gym[llm]'``, imported only
+  when such an env is built): ``TPO/ReasoningGym-v0`` (kwarg ``dataset`` required),
+  ``TPO/GraphColor-v0``, ``TPO/KnightsKnaves-v0``, ``TPO/GSMSymbolic-v0``; kwargs ``split``,
+  ``size``, ``eval_size``, ``seed``, ``reward``, ``max_prompt_chars``, ``max_completion_chars``,
+  and the dataset's own config keys. Their ids are in ``TEXT_ENV_IDS``, not ``ENV_IDS``
+  (whose envs have numpy observations and discrete actions).
 
 No ``max_episode_steps`` is registered: every episode has a fixed length and the env terminates
 it itself, which stays correct for any ``sequence_length``. Without importing the package,
@@ -21,6 +28,9 @@ import gymnasium as gym
 __version__ = "0.1.0"
 
 _TOKENS = "tpo_gym.envs.tokens"
+_TEXT = "tpo_gym.envs.text"
+_TEXT_PRESETS = {"GraphColor": "graph_color", "KnightsKnaves": "knights_knaves",
+                 "GSMSymbolic": "gsm_symbolic"}
 _TOKEN_TASKS = {"TokenCopy": "copy", "TokenFlip": "flip", "TokenReversal": "reverse_copy",
                 "TokenReverseFlip": "reverse_flip"}
 
@@ -37,7 +47,12 @@ _register("TPO/MNISTBandit-v0", "tpo_gym.envs.mnist", "MNISTBandit")
 for _name, _logic in _TOKEN_TASKS.items():
     _register(f"TPO/{_name}-v0", _TOKENS, "TokenTask", {"logic": _logic})
 
+_register("TPO/ReasoningGym-v0", _TEXT, "Text")
+for _name, _dataset in _TEXT_PRESETS.items():
+    _register(f"TPO/{_name}-v0", _TEXT, "Text", {"dataset": _dataset})
+
 ENV_IDS: tuple[str, ...] = ("TPO/KArmedBandit-v0", "TPO/MultiContextBandit-v0", "TPO/MNISTBandit-v0",
                             *(f"TPO/{name}-v0" for name in _TOKEN_TASKS))
+TEXT_ENV_IDS: tuple[str, ...] = ("TPO/ReasoningGym-v0", *(f"TPO/{name}-v0" for name in _TEXT_PRESETS))
 
-__all__ = ["ENV_IDS", "__version__"]
+__all__ = ["ENV_IDS", "TEXT_ENV_IDS", "__version__"]

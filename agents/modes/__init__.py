@@ -7,6 +7,7 @@ mode            batch                                           views (preferred
 ``sequence``    K whole episodes per shared context             group
 ``single``      one sampled episode per context                 sample, group
 ``population``  every action of every context, scored exactly   exact, group
+``text``        K completions per prompt of a language model    group, sample
 ==============  ==============================================  =====================
 
 A new mode is one more :class:`CollectionMode` subclass registered in :data:`MODES`.
@@ -20,10 +21,11 @@ from agents.modes.base import VIEWS, CollectionMode, ExactView, GroupView, Sampl
 from agents.modes.population import PopulationMode
 from agents.modes.sequence import SequenceMode
 from agents.modes.single import SingleMode
+from agents.modes.text import TextMode
 from agents.modes.token import TokenMode
 
 MODES: dict[str, type[CollectionMode]] = {
-    mode.name: mode for mode in (TokenMode, SequenceMode, SingleMode, PopulationMode)
+    mode.name: mode for mode in (TokenMode, SequenceMode, SingleMode, PopulationMode, TextMode)
 }
 
 
@@ -44,6 +46,7 @@ __all__ = [
     "SampleView",
     "SequenceMode",
     "SingleMode",
+    "TextMode",
     "TokenMode",
     "View",
     "make_mode",

@@ -18,16 +18,19 @@ loss on one of them runs on it unchanged.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from stable_baselines3.common.logger import Logger
 
+from agents import losses
 from agents.policies.protocols import ActionPolicy
+from tpo_gym.vector import BatchedTaskEnv, BatchedTaskVectorEnv
 
 StepHook = Callable[[int], bool]
 """Called after every env step with the number of interactions it made; False stops collection."""
@@ -47,8 +50,9 @@ class GroupView:
 @dataclass
 class SampleView:
     """One sampled trajectory per context, ``[N, T]``: log pi_theta and log pi_old of the taken
-    actions, the per-token rewards and advantages A = r - b, the actions, and
-    ``sequence_advantages`` [N] (the baseline applied to each trajectory's summed reward)."""
+    actions, the rewards and advantages A = r - b (per token ``[N, T]``, or per sequence ``[N]``),
+    the actions, ``sequence_advantages`` [N] (the baseline applied to each trajectory's summed
+    reward) and the token ``weights`` (padding mask) the losses take."""
 
     logp: th.Tensor
     old_logp: th.Tensor
@@ -57,6 +61,7 @@ class SampleView:
     actions: th.Tensor
     sequence_advantages: th.Tensor
     n_actions: int
+    weights: th.Tensor | None = None  # 0/1 mask of real tokens [N, T] (text completions), None: all
 
 
 @dataclass
@@ -88,6 +93,13 @@ class CollectionMode(ABC):
 
     name: ClassVar[str]
     views: ClassVar[tuple[str, ...]]
+    #: The single-env classes (registered entry points) and vector-env classes the mode collects from.
+    env_types: ClassVar[tuple[type, ...]] = (BatchedTaskEnv,)
+    vector_env_types: ClassVar[tuple[type, ...]] = (BatchedTaskVectorEnv,)
+    env_description: ClassVar[str] = "a natively batched tpo_gym env (the TPO/ token, bandit and MNIST envs)"
+    action_space_types: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
+    #: Whether :meth:`reference_kl` is available (a frozen reference model, ``kl_coef``).
+    has_reference_kl: ClassVar[bool] = False
 
     def __init__(
         self, batch_size: int, group_size: int, match: str, baseline: Any, observation_space: Any
@@ -127,4 +139,24 @@ class CollectionMode(ABC):
 
     def episode_rows(self, batch: Any) -> dict[str, np.ndarray] | None:
         """Per-episode ``monitor.csv`` columns (``r``, ``l`` and info keys), None if no episodes."""
+        return None
+
+    def parts(self, batch: Any) -> Iterator[tuple[Any, float]]:
+        """The batch as parts of whole groups with their share of the loss (here: all of it, 1.0)."""
+        yield batch, 1.0
+
+    def approx_kl(self, batch: Any, log_probs: th.Tensor) -> th.Tensor:
+        """KL(pi_old || pi_theta) over the action set, averaged over the batch's states."""
+        return losses.policy_kl(batch.old_log_probs, log_probs)
+
+    def reference_kl(self, policy: Any, batch: Any, log_probs: th.Tensor) -> th.Tensor:
+        """The KL to a frozen reference model, with gradient (modes with ``has_reference_kl``)."""
+        raise NotImplementedError(f"{self.name} mode has no reference model")
+
+    def after_update(self, policy: Any) -> None:
+        """Called after the optimizer steps of an update (a generation engine reloads the weights)."""
+        return None
+
+    def train_tokens(self, batch: Any) -> int | None:
+        """Tokens one epoch trains on, for ``time/train_tokens_per_s`` (None: not logged)."""
         return None

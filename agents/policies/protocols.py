@@ -1,6 +1,8 @@
 """What a collection mode asks of a policy, declared as protocols rather than probed with ``hasattr``.
 
 * :class:`ActionPolicy`: every policy: ``log pi(. | obs)`` over a discrete action set.
+* :class:`TextPolicy`: a language model that samples K completions per prompt and log-scores them
+  with a teacher-forced forward (the text mode).
 * :class:`SequencePolicy`: a policy over token sequences (the transformer) that decodes incrementally
   with a KV cache and re-scores whole completions with one teacher-forced forward. The token and
   sequence collectors use it when the policy has it; any :class:`ActionPolicy` still works, by
@@ -14,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-__all__ = ["ActionPolicy", "SequencePolicy"]
+__all__ = ["ActionPolicy", "SequencePolicy", "TextPolicy"]
 
 
 @runtime_checkable
@@ -48,4 +50,28 @@ class SequencePolicy(ActionPolicy, Protocol):
 
     def grouped_completion_log_probs(self, prompts: Tensor, owner: Tensor, completions: Tensor) -> Tensor:
         """``completion_log_probs(prompts[owner], completions)`` with each prompt encoded once."""
+        ...
+
+
+@runtime_checkable
+class TextPolicy(Protocol):
+    """A language model over prompt strings (``agents.policies.LLMPolicy``)."""
+
+    logscore: str
+    micro_batch_size: int
+
+    def generate(self, prompts: list[str], n: int, greedy: bool = False) -> Any:
+        """``n`` completions of each prompt (a ``Completions``: ids, masks, texts, counts, seconds)."""
+        ...
+
+    def token_log_probs(self, completions: Any, rows: Tensor) -> Tensor:
+        """log pi(y_t | prompt, y_<t) of the completion tokens of ``rows``, ``[R, T]`` (0 on padding)."""
+        ...
+
+    def reference_token_log_probs(self, completions: Any, rows: Tensor) -> Tensor:
+        """The same under the frozen reference model, without gradient."""
+        ...
+
+    def sync_generator(self) -> None:
+        """Load the current weights into the generation engine (after an update)."""
         ...

@@ -1,5 +1,6 @@
 """Gymnasium environments of ``tpo_gym``; each module holds one task family.
 
 ``bandits``: K-armed and multi-context bandits; ``tokens``: the token tasks; ``mnist``: the
-MNIST contextual bandit. Import a module for its classes; ``import tpo_gym`` registers the ids.
+MNIST contextual bandit; ``text``: text RLVR on reasoning-gym tasks (needs reasoning-gym, imported
+when a text env is built). Import a module for its classes; ``import tpo_gym`` registers the ids.
 """

@@ -1,0 +1,223 @@
+"""Text mode (language models): K completions per prompt from a generation backend, scored by a text env,
+log-scored by one teacher-forced forward."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv
+from stable_baselines3.common.logger import Logger
+
+from agents import losses
+from agents.modes.base import CollectionMode, GroupView, SampleView, StepHook
+from agents.policies.protocols import TextPolicy
+from tpo_gym.envs.text import TextEnv, TextVectorEnv
+
+#: Characters of a prompt or completion shown in the TensorBoard sample table.
+SAMPLE_CHARS = 400
+
+
+@dataclass
+class TextBatch:
+    """B prompts x K completions (rows i*K .. i*K+K-1 belong to prompt i), scored and log-scored."""
+
+    prompts: list[str]
+    completions: Any  # the policy's Completions: ids, masks, texts
+    scores: th.Tensor  # [B, K] the env's scores
+    advantages: th.Tensor  # [B*K] score - baseline over the whole batch (sample view)
+    old_token_log_probs: th.Tensor  # [B*K, T] under the rollout snapshot
+    answers: np.ndarray  # [B*K] extracted answers (None without an <answer> tag)
+    format_ok: np.ndarray  # [B*K]
+    logscore: str  # "sum" | "mean"
+    group_size: int
+    rows_per_part: int
+    reference: dict[int, th.Tensor] = field(default_factory=dict)  # first row of a part -> [R, T]
+
+    @property
+    def mask(self) -> th.Tensor:
+        return self.completions.completion_mask
+
+    def old_logscores(self) -> th.Tensor:
+        """L_old of every completion, ``[B, K]``."""
+        flat = losses.sequence_logscores(self.old_token_log_probs, self.mask, self.logscore)
+        return flat.reshape(-1, self.group_size)
+
+
+@dataclass
+class TextPart:
+    """Whole groups of a :class:`TextBatch`: the completion rows ``rows``."""
+
+    batch: TextBatch
+    rows: th.Tensor
+
+    @property
+    def mask(self) -> th.Tensor:
+        return self.batch.mask[self.rows].float()
+
+
+class TextMode(CollectionMode):
+    """B prompts x K completions (paper Sec. 3.8): the K completions of a prompt are one group.
+
+    Group view: L = the completion's log-score, ``sum`` or per-token ``mean`` of its token
+    log-probs (the policy's ``logscore``), s = the env's score, groups ``[B, K]``.
+    Sample view (PG, DG, PPO): the completion's token log-probs ``[N, T]`` with its padding mask
+    and A = s - b (``batch_mean`` over the B*K completions, or a constant).
+    The loss runs over parts of whole groups of at most the policy's ``micro_batch_size`` rows, with
+    gradient accumulation. ``sample_every``: a TensorBoard table of samples every that many updates.
+    """
+
+    name = "text"
+    views = ("group", "sample")
+    env_types = (TextEnv,)
+    vector_env_types = (TextVectorEnv,)
+    env_description = "a text env (TPO/ReasoningGym-v0, TPO/GraphColor-v0, ...)"
+    action_space_types = (spaces.Text,)
+    has_reference_kl = True
+
+    def __init__(self, *args: Any, sample_every: int = 10, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.baseline == "expected":
+            raise ValueError(
+                "baseline='expected' needs an action set; text mode takes 'batch_mean' or a number"
+            )
+        self.sample_every = sample_every
+        self._collections = 0
+
+    @property
+    def n_envs(self) -> int:
+        return self.batch_size * self.group_size
+
+    def steps_per_collect(self, env: VectorEnv) -> int:
+        return self.n_envs
+
+    def collect(self, env: VectorEnv, policy: Any, on_step: StepHook) -> TextBatch | None:
+        if not isinstance(policy, TextPolicy):
+            name = type(policy).__name__
+            raise TypeError(f"text mode needs a language-model policy (LLMPolicy), got {name}")
+        k = self.group_size
+        obs, _ = env.reset(options={"group_size": k})
+        prompts = [str(prompt) for prompt in obs[::k]]
+        completions = policy.generate(prompts, k)
+        _, _, _, _, infos = env.step(list(completions.texts))
+        final = infos["final_info"]
+        if not on_step(env.num_envs):
+            return None
+        scores = th.as_tensor(np.asarray(final["score"], dtype=np.float32))
+        batch = TextBatch(
+            prompts=prompts,
+            completions=completions,
+            scores=scores.reshape(-1, k),
+            advantages=losses.baseline_advantages(scores, self.baseline),
+            old_token_log_probs=th.empty(0),
+            answers=np.asarray(final["answer"], dtype=object),
+            format_ok=np.asarray(final["format_ok"], dtype=bool),
+            logscore=policy.logscore,
+            group_size=k,
+            rows_per_part=max(k, policy.micro_batch_size // k * k),
+        )
+        with th.no_grad():
+            batch.old_token_log_probs = th.cat(
+                [policy.token_log_probs(completions, part.rows) for part, _ in self.parts(batch)]
+            )
+        return batch
+
+    def parts(self, batch: TextBatch) -> Iterator[tuple[TextPart, float]]:
+        n = batch.scores.numel()
+        for start in range(0, n, batch.rows_per_part):
+            rows = th.arange(start, min(start + batch.rows_per_part, n))
+            yield TextPart(batch, rows), len(rows) / n
+
+    def log_probs(self, policy: Any, part: TextPart) -> th.Tensor:
+        return policy.token_log_probs(part.batch.completions, part.rows)
+
+    def group_view(self, part: TextPart, token_log_probs: th.Tensor) -> GroupView:
+        batch, k, mask = part.batch, part.batch.group_size, part.mask
+
+        def logscores(token_lp: th.Tensor) -> th.Tensor:
+            return losses.sequence_logscores(token_lp, mask, batch.logscore).reshape(-1, k)
+
+        old, scores = batch.old_token_log_probs[part.rows], batch.scores.reshape(-1)[part.rows]
+        return GroupView(logscores(token_log_probs), logscores(old), scores.reshape(-1, k))
+
+    def sample_view(self, part: TextPart, token_log_probs: th.Tensor) -> SampleView:
+        batch = part.batch
+        advantages = batch.advantages[part.rows]
+        return SampleView(
+            logp=token_log_probs,
+            old_logp=batch.old_token_log_probs[part.rows],
+            rewards=batch.scores.reshape(-1)[part.rows],
+            advantages=advantages,
+            actions=batch.completions.completion_ids[part.rows],
+            sequence_advantages=advantages,
+            n_actions=int(batch.completions.completion_ids.max()) + 1,
+            weights=part.mask,
+        )
+
+    def approx_kl(self, part: TextPart, token_log_probs: th.Tensor) -> th.Tensor:
+        """k3 estimate of KL(pi_old || pi_theta) per completion token."""
+        old = part.batch.old_token_log_probs[part.rows]
+        return losses.k3_kl(token_log_probs - old, part.mask)
+
+    def reference_kl(self, policy: Any, part: TextPart, token_log_probs: th.Tensor) -> th.Tensor:
+        """k3 estimate of KL(pi_theta || pi_ref) per completion token, with gradient."""
+        batch, first = part.batch, int(part.rows[0])
+        if first not in batch.reference:
+            with th.no_grad():
+                batch.reference[first] = policy.reference_token_log_probs(batch.completions, part.rows)
+        return losses.k3_kl(batch.reference[first] - token_log_probs, part.mask)
+
+    def after_update(self, policy: Any) -> None:
+        policy.sync_generator()
+
+    def train_tokens(self, batch: TextBatch) -> int:
+        completions = batch.completions
+        prompt_tokens = completions.prompt_mask.sum(-1)[completions.owner].sum()
+        return int(prompt_tokens + completions.completion_mask.sum())
+
+    def log_rollout(self, logger: Logger, batch: TextBatch) -> None:
+        """Scores, format rate, lengths, the group softmax's effective size and spread, generation speed."""
+        completions = batch.completions
+        old_logscores = batch.old_logscores()
+        logger.record("rollout/task_error", float(1 - batch.scores.mean()))
+        logger.record("rollout/mean_score", float(batch.scores.mean()))
+        logger.record("rollout/success_rate", float((batch.scores >= 0.99).float().mean()))
+        logger.record("rollout/format_rate", float(batch.format_ok.mean()))
+        logger.record("rollout/completion_length", float(completions.completion_mask.sum(-1).float().mean()))
+        logger.record("rollout/effective_group_size", float(losses.effective_group_size(old_logscores)))
+        logger.record("rollout/logscore_spread", float(losses.logscore_spread(old_logscores)))
+        seconds = max(float(completions.seconds), 1e-9)
+        logger.record("time/generation_tokens_per_s", completions.n_generated_tokens / seconds)
+        self._collections += 1
+        if self.sample_every > 0 and (self._collections - 1) % self.sample_every == 0:
+            table = self.sample_table(batch)
+            logger.record("samples/completions", table, exclude=("stdout", "log", "json", "csv"))
+
+    def sample_table(self, batch: TextBatch, n_prompts: int = 2) -> str:
+        """A Markdown table of the first completions of ``n_prompts`` prompts (TensorBoard's TEXT tab)."""
+        rows = ["| prompt | completion | answer | score |", "|---|---|---|---|"]
+        texts, k = batch.completions.texts, batch.group_size
+        for i in range(min(n_prompts, len(batch.prompts))):
+            for j in range(min(2, k)):
+                row = i * k + j
+                cells = (batch.prompts[i], texts[row], batch.answers[row], f"{float(batch.scores[i, j]):.3f}")
+                rows.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+        return "\n".join(rows)
+
+    def episode_rows(self, batch: TextBatch) -> dict[str, Any]:
+        scores = batch.scores.reshape(-1).numpy()
+        return {
+            "r": scores,
+            "l": batch.completions.completion_mask.sum(-1).numpy(),
+            "is_success": scores >= 0.99,
+            "format_ok": batch.format_ok,
+        }
+
+
+def _cell(value: Any) -> str:
+    text = str(value)[:SAMPLE_CHARS]
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -20,6 +20,7 @@ from agents.zoo import registry
 from agents.zoo.callbacks import atomic_save
 from agents.zoo.hyperparams import ConfigError
 from agents.zoo.train import configure, train
+from tests.llm_fixtures import tiny_llm_dir  # noqa: F401  (fixture)
 
 torch.set_num_threads(1)
 
@@ -366,8 +367,9 @@ def test_every_config_file_is_a_registered_algo() -> None:
 
 
 @pytest.mark.parametrize(("algo", "key"), config_entries())
-def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str) -> None:
-    """Each env x algorithm entry of zoo_configs trains one tiny update."""
+def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str, request) -> None:
+    """Each env x algorithm entry of zoo_configs trains one tiny update (language models: on the tiny
+    test model in place of the entry's model, with a few small items)."""
     sources = [str(CONFIGS)]
     env = key
     if key == "default":  # the default entry, on an env the file has no entry for
@@ -390,6 +392,10 @@ def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str) -> 
         else ""
     )
     env_kwargs = TINY_ENV.get(kind, []) if "MNIST" not in env else []
+    if entry.get("policy") == "LLMPolicy":
+        model_dir = request.getfixturevalue("tiny_llm_dir")
+        tiny.append(f"policy_kwargs:dict(model={model_dir!r}, max_new_tokens=4, micro_batch_size=4)")
+        env_kwargs = ["size:4", "eval_size:2"]
     argv = ["-n", "1", "--hyperparams", *sources, *tiny] + (
         ["--env-kwargs", *env_kwargs] if env_kwargs else []
     )

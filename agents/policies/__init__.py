@@ -1,11 +1,13 @@
 """Categorical policies for grouped RL and their optimizers.
 
-Every policy is a Stable-Baselines3 ``BasePolicy`` with ``action_log_probs(obs) -> [N, A]`` and an
-``optimizer`` built from ``lr_schedule(1)``. SB3-style aliases: ``TabularPolicy``, ``MlpPolicy``,
-``TransformerPolicy``.
+Every policy is a Stable-Baselines3 ``BasePolicy`` with an ``optimizer`` built from ``lr_schedule(1)``.
+The categorical ones have ``action_log_probs(obs) -> [N, A]``; SB3-style aliases: ``TabularPolicy``,
+``MlpPolicy``, ``TransformerPolicy``. ``LLMPolicy`` is a language model over text (needs the ``llm``
+extra when built; importing it does not).
 """
 
 from .base import GroupPolicy, lecun_normal_, sample_categorical
+from .llm import Completions, LLMPolicy
 from .mlp import MlpSoftmaxPolicy
 from .optim import MuonAdam, NormalizedStep, newton_schulz, split_muon_adam
 from .tabular import TabularSoftmaxPolicy
@@ -17,7 +19,9 @@ TransformerPolicy = TransformerSoftmaxPolicy
 
 __all__ = [
     "CausalTransformer",
+    "Completions",
     "GroupPolicy",
+    "LLMPolicy",
     "MlpPolicy",
     "MlpSoftmaxPolicy",
     "MuonAdam",

@@ -2,6 +2,10 @@
 
     python -m agents.evaluate --algo tpo --env TokenReversal -f logs/ -n 1000
     python -m agents.evaluate --algo tpo --env TokenReversal --model path/to/model.zip --deterministic
+    python -m agents.evaluate --algo tpo --env ReasoningGym -f logs/ -n 100 --pass-k 8
+
+A text env (language models) is evaluated on its ``eval`` split: the first N items, the mean score
+of greedy completions and pass@k, the fraction of items where one of k sampled completions succeeds.
 
 The run folder is found as the zoo writes it (``<folder>/<algo>/<Env>_<N>``; ``--exp-id 0`` is the
 latest run); the env is rebuilt with the run's ``env_kwargs`` (plus its ``eval_env_kwargs``, e.g.
@@ -67,6 +71,45 @@ def evaluate(model: Any, env: Any, n_episodes: int = 100, deterministic: bool = 
     return result
 
 
+def evaluate_text(
+    policy: Any, env_id: str, env_kwargs: dict[str, Any], n_items: int = 100, k: int = 8, chunk: int = 8
+) -> dict[str, Any]:
+    """Greedy mean score, format rate and pass@k of a language-model policy on the eval split's first items.
+
+    pass@k = mean over items of 1[max_j score_j >= 0.99] for k sampled completions of each item.
+    """
+    import gymnasium as gym
+
+    env = gym.make(env_id, **{**env_kwargs, "split": "eval"}).unwrapped
+    contexts = np.arange(min(n_items, env.task.num_items))
+    greedy, formatted, best = [], [], []
+    for start in range(0, len(contexts), chunk):
+        ids = contexts[start : start + chunk]
+        prompts = [str(prompt) for prompt in env.task.prompts_of(ids)]
+        scores, _, format_ok = env.score_completions(ids, policy.generate(prompts, 1, greedy=True).texts)
+        greedy.append(scores)
+        formatted.append(format_ok)
+        if k > 0:
+            sampled = policy.generate(prompts, k).texts
+            scores_k, _, _ = env.score_completions(np.repeat(ids, k), sampled)
+            best.append(scores_k.reshape(len(ids), k).max(-1))
+    result: dict[str, Any] = {
+        "n_items": len(contexts),
+        "mean_score_greedy": float(np.concatenate(greedy).mean()),
+        "format_rate_greedy": float(np.concatenate(formatted).mean()),
+    }
+    if k > 0:
+        result[f"pass@{k}"] = float((np.concatenate(best) >= 0.99).mean())
+    return result
+
+
+def is_text_env(env_id: str) -> bool:
+    """True for the language-model envs (``tpo_gym.envs.text``)."""
+    import gymnasium as gym
+
+    return str(gym.spec(env_id).entry_point).startswith("tpo_gym.envs.text:")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Command line of ``python -m agents.evaluate`` (names as the RL Zoo's ``enjoy.py``)."""
     p = argparse.ArgumentParser(prog="python -m agents.evaluate", description=__doc__.split("\n")[0])
@@ -81,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--load-best", action="store_true", help="load best_model.zip")
     which.add_argument("--load-checkpoint", type=int, help="load rl_model_<N>_steps.zip")
     which.add_argument("--load-last-checkpoint", action="store_true", help="load the latest checkpoint")
-    p.add_argument("-n", "--n-episodes", type=int, default=100, help="episodes to evaluate")
+    p.add_argument("-n", "--n-episodes", type=int, default=100, help="episodes (text envs: eval items)")
+    p.add_argument("--pass-k", type=int, default=8, help="text envs: k of pass@k (0: greedy only)")
     p.add_argument("--n-envs", type=int, default=1, help="envs evaluated in parallel")
     p.add_argument("--deterministic", action="store_true", help="greedy actions (default: sampled)")
     p.add_argument("--stochastic", dest="deterministic", action="store_false", help="sampled actions")
@@ -157,6 +201,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     env_kwargs = {**run_env_kwargs(run, env_name), **args.env_kwargs}
     model = algo_class.load(path, device=args.device)
     set_random_seed(args.seed)  # sampled actions repeat for one seed
+    if is_text_env(env_id):
+        result = {"model": path, "env_id": env_id, "env_kwargs": env_kwargs}
+        result.update(evaluate_text(model.policy, env_id, env_kwargs, args.n_episodes, args.pass_k))
+        print(f"{env_id} | {path}\n{result['n_items']} eval items: greedy mean score "
+              f"{result['mean_score_greedy']:.4f}, format rate {result['format_rate_greedy']:.4f}"
+              + (f", pass@{args.pass_k} {result[f'pass@{args.pass_k}']:.4f}" if args.pass_k > 0 else ""))
+        _write_json(args.json, result)
+        return result
     env = make_env(env_id, args.n_envs, args.seed, env_kwargs)
     try:
         result = {"model": path, "env_id": env_id, "env_kwargs": env_kwargs}
@@ -169,10 +221,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"mean reward {result['mean_reward']:.4f} +/- {result['std_reward']:.4f}")
     if "success_rate" in result:
         print(f"success rate {result['success_rate']:.4f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2, default=str)
+    _write_json(args.json, result)
     return result
+
+
+def _write_json(path: str, result: dict[str, Any]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2, default=str)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,260 @@
+"""Generation backends of :class:`~agents.policies.llm.LLMPolicy`: Hugging Face ``generate`` and vLLM.
+
+A backend turns left-padded prompt ids ``[P, Lp]`` into ``n`` completions per prompt, returned as
+right-padded ids ``[P*n, Lc]`` and their lengths ``[P*n]`` (rows ``i*n .. i*n+n-1`` belong to prompt
+``i``). A completion's length counts every token up to and including the first EOS, or up to the token
+that completes the stop string; the policy turns ids and lengths into :class:`Completions`.
+
+transformers, peft and vllm are imported inside the functions that need them, so that importing
+:mod:`agents.policies` stays cheap and works without the ``llm`` extra.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["Completions", "HFGenerator", "VLLMGenerator", "completion_lengths", "pad_rows"]
+
+
+@dataclass
+class Completions:
+    """``n`` sampled completions for each of ``P`` prompts.
+
+    :param prompt_ids: ``[P, Lp]`` prompt tokens (chat template and prefill applied), left-padded
+    :param prompt_mask: ``[P, Lp]`` 1 on prompt tokens, 0 on the left padding
+    :param completion_ids: ``[P*n, Lc]`` completion tokens, right-padded; rows ``i*n .. i*n+n-1`` belong
+        to prompt ``i``
+    :param completion_mask: ``[P*n, Lc]`` 1 up to and including the first EOS (or the token that completes
+        the stop string), 0 after
+    :param owner: ``[P*n]`` prompt index of each completion row
+    :param texts: the ``P*n`` decoded completions: the prefill string, then the completion's text with
+        special tokens skipped and the stop string kept
+    :param n_generated_tokens: ``sum(completion_mask)``
+    :param seconds: wall-clock time of the generation (tokenization and decoding included)
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    completion_ids: Tensor
+    completion_mask: Tensor
+    owner: Tensor
+    texts: list[str]
+    n_generated_tokens: int
+    seconds: float
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Right-pad token lists into ``(ids [N, max len], lengths [N])`` (at least one column)."""
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
+    ids = torch.full((len(rows), max(1, int(lengths.max()))), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return ids.to(device), lengths.to(device)
+
+
+def completion_lengths(
+    ids: Tensor, eos_ids: Sequence[int], stop: str | None, tokenizer: PreTrainedTokenizerBase
+) -> Tensor:
+    """Length ``[N]`` of each generated row ``ids [N, L]``: the shorter of the two ends below.
+
+    * EOS end: index of the first EOS token + 1 (the EOS is part of the completion), ``L`` without one;
+    * stop end: the smallest ``k`` such that the decoded ``ids[:k]`` contains ``stop`` (found by bisection,
+      since containment only grows with ``k``); this is where ``generate``'s ``StopStringCriteria`` stops.
+
+    Positions after the end hold whatever the generator padded with (pad may equal EOS), so the end must
+    be computed, not read off the pad token.
+    """
+    length = ids.shape[1]
+    is_eos = torch.isin(ids, torch.tensor(list(eos_ids), device=ids.device))
+    ends = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(ids[:, 0], length))
+    if stop is None:
+        return ends
+    rows = ids.tolist()
+    for i, row in enumerate(rows):
+        end = int(ends[i])
+        if stop not in tokenizer.decode(row[:end], skip_special_tokens=True):
+            continue
+        low, high = 1, end  # invariant: the stop string is in row[:high], not in row[:low - 1]
+        while low < high:
+            mid = (low + high) // 2
+            if stop in tokenizer.decode(row[:mid], skip_special_tokens=True):
+                high = mid
+            else:
+                low = mid + 1
+        ends[i] = high
+    return ends
+
+
+class HFGenerator:
+    """Batched sampling with ``model.generate`` (KV cache), the default backend.
+
+    The prompts are repeated ``n`` times (``repeat_interleave``) and decoded in ONE ``generate`` call:
+    ``do_sample = not greedy``, ``temperature``, ``top_p`` and ``top_k = 0`` (so that sampling at
+    temperature 1, top-p 1 draws from the model's own distribution; transformers' default top-k is 50),
+    ``max_new_tokens``, ``stop_strings=[stop]``. Sampling uses torch's global RNG. The model is put in
+    eval mode for the call and restored after. The generator reads the live model, so there is nothing
+    to synchronise after an update.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        eos_ids: Sequence[int],
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop: str | None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_ids = list(eos_ids)
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.stop = stop
+
+    @torch.no_grad()
+    def generate(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool
+    ) -> tuple[Tensor, Tensor]:
+        """``(completion ids [P*n, Lc] right-padded, lengths [P*n])`` for left-padded prompts ``[P, Lp]``."""
+        kwargs: dict[str, Any] = {"do_sample": not greedy, "max_new_tokens": self.max_new_tokens}
+        if not greedy:
+            kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
+        if self.stop is not None:
+            kwargs.update(stop_strings=[self.stop], tokenizer=self.tokenizer)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            sequences = self.model.generate(
+                input_ids=prompt_ids.repeat_interleave(n, 0),
+                attention_mask=prompt_mask.repeat_interleave(n, 0),
+                eos_token_id=self.eos_ids,
+                pad_token_id=self.tokenizer.pad_token_id,
+                **kwargs,
+            )
+        finally:
+            self.model.train(was_training)
+        ids = sequences[:, prompt_ids.shape[1] :]
+        lengths = completion_lengths(ids, self.eos_ids, self.stop, self.tokenizer)
+        ids = ids[:, : int(lengths.max())]
+        padding = torch.arange(ids.shape[1], device=ids.device) >= lengths[:, None]
+        return ids.masked_fill(padding, self.tokenizer.pad_token_id), lengths
+
+    def sync_weights(self) -> None:
+        """Nothing to do: ``generate`` runs on the trained model itself."""
+
+
+class VLLMGenerator:
+    """Colocated vLLM engine (``backend="vllm"``). NOT run in this repository's tests: it needs a CUDA GPU.
+
+    ``vllm.LLM(model=model_path, gpu_memory_utilization, dtype)`` lives in the training process, as in
+    TRL's colocate mode (``distributed_executor_backend="external_launcher"``, so that the engine's model
+    is reachable in-process for weight loading). Sampling: ``SamplingParams(n, temperature, top_p,
+    max_tokens, stop=[stop], include_stop_str_in_output=True, seed)`` with the seed drawn from torch's
+    global RNG (greedy: temperature 0); completion ids are the outputs' ``token_ids``, which end with the
+    EOS or with the token that completes the stop string.
+
+    :meth:`sync_weights` pushes the trainer's current weights into the engine the way TRL 1.16 does
+    (``trl/generation/vllm_generation.py``: ``_iter_named_params`` + ``sync_weights``): with LoRA,
+    ``merge_adapter()``, stream every base weight under its plain name (``base_model.model.`` prefix and
+    ``.base_layer`` removed, ``lora_`` tensors skipped), ``unmerge_adapter()``; without LoRA, stream
+    ``named_parameters()``; each tensor goes through the engine model's ``load_weights``; then
+    ``reset_prefix_cache()`` so that no KV block computed with the old weights is reused.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        model_path: str,
+        pad_id: int,
+        dtype: torch.dtype,
+        gpu_memory_utilization: float,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop: str | None,
+    ) -> None:
+        from vllm import LLM
+
+        for key, value in (
+            ("RANK", "0"),
+            ("LOCAL_RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "localhost"),
+        ):
+            os.environ.setdefault(key, value)
+        if "MASTER_PORT" not in os.environ:
+            with socket.socket() as sock:
+                sock.bind(("localhost", 0))
+                os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+        self.model = model
+        self.pad_id = pad_id
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.stop = stop
+        self.llm = LLM(
+            model=model_path,
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=str(dtype).removeprefix("torch."),
+            distributed_executor_backend="external_launcher",
+        )
+
+    @torch.no_grad()
+    def generate(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool
+    ) -> tuple[Tensor, Tensor]:
+        """``(completion ids [P*n, Lc] right-padded, lengths [P*n])`` for left-padded prompts ``[P, Lp]``."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            n=n,
+            temperature=0.0 if greedy else self.temperature,
+            top_p=1.0 if greedy else self.top_p,
+            max_tokens=self.max_new_tokens,
+            stop=[self.stop] if self.stop is not None else None,
+            include_stop_str_in_output=True,
+            seed=int(torch.randint(2**31 - 1, ())),
+        )
+        prompts = [
+            {"prompt_token_ids": row[mask.bool()].tolist()}
+            for row, mask in zip(prompt_ids, prompt_mask, strict=True)
+        ]
+        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+        rows = [list(sample.token_ids) for output in outputs for sample in output.outputs]
+        return pad_rows(rows, self.pad_id, prompt_ids.device)
+
+    def _named_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """The current weights under vLLM's names, LoRA merged in (TRL's ``_iter_named_params``)."""
+        model = self.model
+        if not hasattr(model, "merge_adapter"):
+            for name, param in model.named_parameters():
+                yield name, param.data
+            return
+        model.merge_adapter()
+        try:
+            for name, param in model.named_parameters():
+                if model.prefix in name:
+                    continue
+                yield name.removeprefix("base_model.model.").replace(".base_layer", ""), param.data
+        finally:
+            model.unmerge_adapter()
+
+    def sync_weights(self) -> None:
+        """Load the trainer's current (LoRA-merged) weights into the engine and drop its prefix cache."""
+        engine_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        for name, param in self._named_weights():
+            engine_model.load_weights([(name, param)])
+        self.llm.reset_prefix_cache()

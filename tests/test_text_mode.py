@@ -1,0 +1,171 @@
+"""The text mode end to end on a tiny random language model: groups of completions scored by a text env,
+one update's effect on a group, micro-batched gradients equal the full batch, a short TPO run learning
+a toy task, logging, the zoo and evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch as th
+
+pytest.importorskip("transformers")
+pytest.importorskip("reasoning_gym")
+
+from stable_baselines3.common.logger import KVWriter, Logger  # noqa: E402
+
+from agents import DG, GRPO, PG, TPO  # noqa: E402
+from agents.modes.text import TextBatch  # noqa: E402
+from tests.llm_fixtures import build_tiny_llm  # noqa: E402
+
+th.set_num_threads(1)
+
+TOY = "tpo_toy_uppercase"
+CLOSE = "</answer>"
+
+
+def _register_toy_dataset() -> None:
+    """A reasoning-gym task whose score is the fraction of upper-case letters in the answer."""
+    from dataclasses import dataclass
+
+    from reasoning_gym.dataset import ProceduralDataset
+    from reasoning_gym.factory import DATASETS, register_dataset
+
+    if TOY in DATASETS:
+        return
+
+    @dataclass
+    class ToyConfig:
+        seed: int | None = None
+        size: int = 50
+
+        def validate(self) -> None:
+            assert self.size > 0
+
+    class ToyDataset(ProceduralDataset):
+        def __init__(self, config: ToyConfig) -> None:
+            super().__init__(config=config, seed=config.seed, size=config.size)
+
+        def __getitem__(self, idx: int) -> dict:
+            return {"question": f"Shout {idx % 7}.", "answer": "A", "metadata": {}}
+
+        def score_answer(self, answer: str | None, entry: dict) -> float:
+            return sum(c.isupper() for c in answer) / len(answer) if answer else 0.0
+
+    register_dataset(TOY, ToyDataset, ToyConfig)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny character LM with ``</answer>`` as one likely token, so that completions close the tag."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = Path(build_tiny_llm(tmp_path_factory.mktemp("text_mode_llm")))
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_tokens([CLOSE])
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with th.no_grad():
+        close = tokenizer.convert_tokens_to_ids(CLOSE)
+        model.lm_head.weight[close] = 0.0
+        model.lm_head.weight[close, 0] = 2.5
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    _register_toy_dataset()
+    return str(directory)
+
+
+def make(algo, model_dir: str, **kwargs):
+    policy_kwargs = dict(model=model_dir, prefill="<answer>", stop=CLOSE, max_new_tokens=6,
+                         micro_batch_size=8)  # fmt: skip
+    policy_kwargs.update(kwargs.pop("policy_kwargs", {}))
+    settings = dict(batch_size=4, group_size=4, learning_rate=1e-2, n_epochs=1, group_mode="text", seed=0)
+    settings.update(kwargs)
+    return algo("LLMPolicy", "TPO/ReasoningGym-v0", env_kwargs=dict(dataset=TOY, size=20, eval_size=5),
+                policy_kwargs=policy_kwargs, device="cpu", **settings)  # fmt: skip
+
+
+class _Rows(KVWriter):
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def write(self, key_values, key_excluded, step=0) -> None:
+        self.rows.append(dict(key_values))
+
+
+def _collect(model) -> TextBatch:
+    model.set_logger(Logger(None, []))
+    _, callback = model._setup_learn(10**6, None)
+    return model.collect(callback)
+
+
+def test_a_batch_is_groups_of_completions_of_one_prompt(model_dir):
+    model = make(TPO, model_dir)
+    batch = _collect(model)
+    assert model.env.num_envs == 16 and batch.scores.shape == (4, 4) and len(batch.prompts) == 4
+    assert all(text.startswith("<answer>") for text in batch.completions.texts)
+    assert batch.old_token_log_probs.shape == batch.completions.completion_mask.shape
+    part, weight = next(model.mode.parts(batch))
+    assert len(part.rows) == 8 and weight == 0.5  # micro_batch_size 8: two groups of K = 4 per part
+    view = model.mode.group_view(part, batch.old_token_log_probs[part.rows])
+    assert view.logscores.shape == (2, 4) and th.equal(view.logscores, view.old_logscores)
+
+
+def test_one_tpo_update_raises_the_best_completion_of_a_group(model_dir):
+    model = make(TPO, model_dir, learning_rate=3e-3)
+    batch = _collect(model)
+    batch.scores = th.zeros_like(batch.scores)
+    batch.scores[0, 1] = 1.0  # one winner in group 0, every other group neutral
+    part = next(model.mode.parts(batch))[0]
+    before = model.mode.group_view(part, batch.old_token_log_probs[part.rows]).logscores[0].softmax(-1)[1]
+    model.train(batch)
+    with th.no_grad():
+        now = model.mode.log_probs(model.policy, part)
+    after = model.mode.group_view(part, now).logscores[0].softmax(-1)[1]
+    assert after > before
+
+
+def test_micro_batches_accumulate_the_full_batch_gradient(model_dir):
+    grads = []
+    for micro in (16, 4):
+        model = make(GRPO, model_dir, policy_kwargs=dict(micro_batch_size=micro))
+        batch = _collect(model)
+        assert len(list(model.mode.parts(batch))) == 16 // micro
+        model.policy.optimizer.zero_grad()
+        model._accumulate_gradients(batch, last_epoch=True)
+        grads.append(th.cat([p.grad.flatten() for p in model.policy.parameters() if p.grad is not None]))
+    th.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("algo", [DG, PG])
+def test_single_sample_methods_use_the_masked_sample_view(model_dir, algo):
+    model = make(algo, model_dir, group_size=2)
+    assert model._view == "sample"
+    model.learn(n_iterations=1)
+
+
+def test_tpo_learns_the_toy_task_and_logs_the_text_metrics(model_dir):
+    model = make(TPO, model_dir, batch_size=4, group_size=8, learning_rate=2e-2, n_epochs=2, kl_coef=1e-3,
+                 mode_kwargs=dict(sample_every=5))  # fmt: skip
+    rows = _Rows()
+    model.set_logger(Logger(None, [rows]))
+    model.learn(n_iterations=24)
+    scores = [row["rollout/mean_score"] for row in rows.rows]
+    assert np.mean(scores[-6:]) > np.mean(scores[:6]) + 0.1, scores
+    last = rows.rows[-1]
+    for key in ("rollout/format_rate", "rollout/completion_length", "rollout/effective_group_size",
+                "rollout/logscore_spread", "time/generation_tokens_per_s", "time/train_tokens_per_s",
+                "train/approx_kl", "train/reference_kl"):  # fmt: skip
+        assert np.isfinite(last[key]), key
+    assert 1.0 <= last["rollout/effective_group_size"] <= 8.0
+    assert rows.rows[0]["samples/completions"].startswith("| prompt | completion | answer | score |")
+
+
+def test_text_mode_errors(model_dir):
+    with pytest.raises(ValueError, match="baseline='expected' needs an action set"):
+        make(PG, model_dir, baseline="expected")
+    with pytest.raises(ValueError, match="TPO in text mode collects groups from a text env"):
+        make(TPO, model_dir, group_mode="text").set_env("TPO/TokenCopy-v0")
+    with pytest.raises(ValueError, match="kl_coef=0.1 needs a mode with a reference model"):
+        TPO("TransformerPolicy", "TPO/TokenCopy-v0", kl_coef=0.1, env_kwargs=dict(sequence_length=3))

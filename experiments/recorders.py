@@ -30,7 +30,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from agents.losses import cosine_misalignment
 from experiments.metrics import mechanism
 
-ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean")
+ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean", "rollout/mean_score", "rollout/format_rate",
+                "rollout/completion_length", "rollout/effective_group_size", "rollout/logscore_spread",
+                "time/generation_tokens_per_s")
 MECHANISM_ALGOS = ("pg", "dg", "tpo", "grpo", "group_pg")
 
 
@@ -71,7 +73,7 @@ class CurveRecorder(BaseCallback):
         self._pending = False
         row = self.rows[-1]
         for key, value in self.model.logger.name_to_value.items():
-            if key.startswith("train/") and key != "train/n_updates":
+            if (key.startswith("train/") and key != "train/n_updates") or key == "time/train_tokens_per_s":
                 row[key] = float(value)
         if "train/all_fail_frac" in row:
             row["all_fail"] = row["train/all_fail_frac"]

@@ -169,3 +169,15 @@ def test_text_mode_errors(model_dir):
         make(TPO, model_dir, group_mode="text").set_env("TPO/TokenCopy-v0")
     with pytest.raises(ValueError, match="kl_coef=0.1 needs a mode with a reference model"):
         TPO("TransformerPolicy", "TPO/TokenCopy-v0", kl_coef=0.1, env_kwargs=dict(sequence_length=3))
+
+
+def test_evaluate_reports_greedy_score_and_pass_at_k(model_dir, tmp_path):
+    from agents.zoo.evaluate import main
+
+    model = make(TPO, model_dir)
+    model.save(tmp_path / "model.zip")
+    argv = ["--algo", "tpo", "--env", "ReasoningGym", "--model", str(tmp_path / "model.zip"), "-n", "5",
+            "--pass-k", "3", "--env-kwargs", f"dataset:{TOY}", "size:20", "eval_size:5"]  # fmt: skip
+    result = main(argv)
+    assert result["n_items"] == 5 and 0.0 <= result["mean_score_greedy"] <= 1.0
+    assert 0.0 <= result["pass@3"] <= 1.0 and 0.0 <= result["format_rate_greedy"] <= 1.0

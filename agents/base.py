@@ -66,8 +66,8 @@ class GroupAlgorithm(BaseAlgorithm):
     :param batch_size: B, contexts (prompts, images) per update.
     :param group_size: K, candidates per context (next tokens in token mode, episodes in sequence mode).
     :param n_epochs: optimizer steps on each batch, with targets and old log-probs frozen.
-    :param group_mode: ``token``, ``sequence``, ``single`` or ``population`` (see ``agents.modes``);
-        default: the algorithm's ``default_mode``.
+    :param group_mode: ``token``, ``sequence``, ``single``, ``population`` or ``text`` (see
+        ``agents.modes``); default: the algorithm's ``default_mode``.
     :param match: ``prompts`` or ``interactions``; interaction matching gives single-sample methods
         B*K contexts and the learning rate times sqrt(K) (paper Sec. 3.5).
     :param baseline: single mode: ``"batch_mean"`` (per-position batch mean), ``"expected"``
@@ -222,10 +222,16 @@ class GroupAlgorithm(BaseAlgorithm):
         name, mode = type(self).__name__, MODES[self.group_mode]
         entry_point = gym.spec(self.env_id).entry_point
         env_class = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-        if not (isinstance(env_class, type) and issubclass(env_class, mode.env_types)):
+        if not _is_subclass(env_class, mode.env_types):
+            fitting = [m for m in self.supported_modes() if _is_subclass(env_class, MODES[m].env_types)]
+            hint = (
+                f"for {self.env_id!r} use group_mode={fitting[0]!r}"
+                if fitting
+                else "train other envs with an SB3 algorithm (e.g. sb3_ppo)"
+            )
             raise ValueError(
                 f"{name} in {mode.name} mode collects groups from {mode.env_description}; "
-                f"{self.env_id!r} is not one. Train other envs with an SB3 algorithm (e.g. sb3_ppo)."
+                f"{self.env_id!r} is not one: {hint}."
             )
         if isinstance(source, gym.Env):
             probe = source
@@ -481,6 +487,10 @@ class _EpisodeMonitor:
             row.update({key: rows[key][i] for key in extra})
             self._writer.logger.writerow(row)
         self._writer.file_handler.flush()
+
+
+def _is_subclass(env_class: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(env_class, type) and issubclass(env_class, types)
 
 
 def _global_grad_norm(parameters: Any) -> float:

@@ -79,7 +79,7 @@ def test_population_mode_enumerates_the_contexts_of_a_tabular_env():
 
 
 def test_an_env_that_is_not_natively_batched_gets_a_clear_error():
-    with pytest.raises(ValueError, match="'CartPole-v1' is not one. Train other envs with an SB3 algorithm"):
+    with pytest.raises(ValueError, match="'CartPole-v1' is not one: train other envs with an SB3 algorithm"):
         TPO("MlpPolicy", "CartPole-v1", **SMALL)
 
 
@@ -157,3 +157,8 @@ def test_load_without_env_predicts_and_with_an_id_builds_its_env(tmp_path: Path)
     assert resumed.num_timesteps == 2 * 4 * 3
     with pytest.raises(ValueError, match="Observation spaces do not match"):
         TPO.load(tmp_path / "model", env="TPO/TokenCopy-v0", env_kwargs=dict(sequence_length=5))
+
+
+def test_a_text_env_in_another_mode_names_the_mode_to_use():
+    with pytest.raises(ValueError, match="for 'TPO/GraphColor-v0' use group_mode='text'"):
+        TPO("TransformerPolicy", "TPO/GraphColor-v0", env_kwargs=dict(size=2, eval_size=1), **SMALL)

@@ -179,6 +179,7 @@ def adamw_step(policy: LLMPolicy, out: Completions) -> None:
 
 
 def test_lora_trains_only_adapters_and_reference_disables_them(tiny_llm_dir: str) -> None:
+    pytest.importorskip("peft")
     policy = make_policy(tiny_llm_dir, lora_rank=4)
     trainable = {name for name, param in policy.named_parameters() if param.requires_grad}
     assert trainable and all("lora_" in name for name in trainable)
@@ -229,6 +230,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_llm_dir: str) -> N
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_save_load_round_trip(tiny_llm_dir: str, tmp_path, lora_rank: int) -> None:
+    if lora_rank:
+        pytest.importorskip("peft")
     policy = make_policy(tiny_llm_dir, lora_rank=lora_rank, prefill="<a>", stop="!", logscore="sum")
     out = sample(policy, n=2)
     adamw_step(policy, out)

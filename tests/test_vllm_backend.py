@@ -95,6 +95,8 @@ def test_generation_goes_through_the_engine(tiny_llm_dir: str, fake_vllm) -> Non
 def test_weight_sync_loads_plain_names_and_drops_the_cache(
     tiny_llm_dir: str, fake_vllm, lora_rank: int
 ) -> None:
+    if lora_rank:
+        pytest.importorskip("peft")
     policy = make_policy(tiny_llm_dir, lora_rank=lora_rank)
     engine = fake_vllm.instances[-1]
     before = {name: p.detach().clone() for name, p in policy.model.named_parameters()}

@@ -225,53 +225,27 @@ def _with_masks(info: dict[str, np.ndarray], n: int) -> dict[str, Any]:
     return out
 
 
-class BatchedTaskVectorEnv(VectorEnv):
-    """A Gymnasium ``VectorEnv`` over one :class:`BatchedTask` of ``num_envs`` lockstep episodes.
+class GroupedVectorEnv(VectorEnv):
+    """Group resets shared by the natively batched vector envs (a task with contexts, ``SAME_STEP``).
 
-    Autoreset is ``SAME_STEP``: the step that ends the episodes returns the first observation of
-    the next ones, with ``infos["final_obs"]`` (a stacked ``[n, *obs_shape]`` array) and
-    ``infos["final_info"]`` (dict of arrays), each with its ``_`` mask. Infos are Gymnasium's
-    dict of arrays. Rewards are float32.
-
-    Groups: ``reset(options={"group_size": G})`` makes each block of ``G`` consecutive sub-envs
-    share one freshly drawn context (``num_envs % G == 0``); ``reset(options={"contexts": cs})``
-    sets the contexts explicitly (``num_envs / G`` of them, each repeated ``G`` times). The group
-    size of a reset (default: the ``group_size`` constructor argument) also applies to the
-    autoresets that follow it. ``score_candidates([n, K]) -> float32 [n, K]``.
+    ``reset(options={"group_size": G})`` makes each block of ``G`` consecutive sub-envs share one
+    freshly drawn context (``num_envs % G == 0``); ``reset(options={"contexts": cs})`` sets the
+    contexts explicitly (``num_envs / G`` of them, each repeated ``G`` times). The group size of a
+    reset (default: ``default_group_size``) also applies to the autoresets that follow it. A subclass
+    sets ``task`` (with ``sample_contexts(rng, n)`` and ``check_contexts(cs)``), ``num_envs`` and
+    ``default_group_size``, and starts the episodes of the repeated contexts in :meth:`_start`.
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
-
-    def __init__(self, task: BatchedTask, num_envs: int, group_size: int = 1,
-                 max_episode_steps: int | None = None) -> None:
-        self.task = task
-        self.num_envs = check_int("num_envs", num_envs, 1)
-        if max_episode_steps is not None and max_episode_steps < task.horizon:
-            raise ValueError(f"episodes have a fixed length of {task.horizon} steps; max_episode_steps "
-                             f"must be None or >= {task.horizon}, got {max_episode_steps!r}")
-        self.default_group_size = self._check_group_size(group_size)
-        self.group_size = self.default_group_size
-        self.render_mode = None
-        self.single_observation_space = task.observation_space
-        self.single_action_space = task.action_space
-        self.observation_space = batch_space(task.observation_space, self.num_envs)
-        self.action_space = batch_space(task.action_space, self.num_envs)
+    task: Any
+    default_group_size: int
+    group_size: int
 
     def _check_group_size(self, group_size: Any) -> int:
         group_size = check_int("group_size", group_size, 1)
         if self.num_envs % group_size:
             raise ValueError(f"num_envs={self.num_envs} must be divisible by group_size={group_size}")
         return group_size
-
-    @property
-    def contexts(self) -> np.ndarray:
-        """Read-only current contexts, one per sub-env (leading axis ``num_envs``)."""
-        return readonly(self.task.contexts)
-
-    @property
-    def step_index(self) -> int:
-        """Steps taken in the current episodes (all sub-envs are in lockstep)."""
-        return self.task.step_index
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -290,7 +264,53 @@ class BatchedTaskVectorEnv(VectorEnv):
         if len(contexts) != n_groups:
             raise ValueError(f"expected {n_groups} contexts (num_envs={self.num_envs} / "
                              f"group_size={self.group_size}), got {len(contexts)}")
-        return self.task.begin(np.repeat(contexts, self.group_size, axis=0))
+        return self._start(np.repeat(contexts, self.group_size, axis=0))
+
+    @abstractmethod
+    def _start(self, contexts: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Begin one episode per sub-env on ``contexts`` (leading axis ``num_envs``): ``(obs, info)``."""
+
+
+class BatchedTaskVectorEnv(GroupedVectorEnv):
+    """A Gymnasium ``VectorEnv`` over one :class:`BatchedTask` of ``num_envs`` lockstep episodes.
+
+    Autoreset is ``SAME_STEP``: the step that ends the episodes returns the first observation of
+    the next ones, with ``infos["final_obs"]`` (a stacked ``[n, *obs_shape]`` array) and
+    ``infos["final_info"]`` (dict of arrays), each with its ``_`` mask. Infos are Gymnasium's
+    dict of arrays. Rewards are float32.
+
+    Groups: the resets of :class:`GroupedVectorEnv` (``options={"group_size": G}`` or
+    ``{"contexts": cs}``; default group size: the ``group_size`` constructor argument).
+    ``score_candidates([n, K]) -> float32 [n, K]``.
+    """
+
+    def __init__(self, task: BatchedTask, num_envs: int, group_size: int = 1,
+                 max_episode_steps: int | None = None) -> None:
+        self.task = task
+        self.num_envs = check_int("num_envs", num_envs, 1)
+        if max_episode_steps is not None and max_episode_steps < task.horizon:
+            raise ValueError(f"episodes have a fixed length of {task.horizon} steps; max_episode_steps "
+                             f"must be None or >= {task.horizon}, got {max_episode_steps!r}")
+        self.default_group_size = self._check_group_size(group_size)
+        self.group_size = self.default_group_size
+        self.render_mode = None
+        self.single_observation_space = task.observation_space
+        self.single_action_space = task.action_space
+        self.observation_space = batch_space(task.observation_space, self.num_envs)
+        self.action_space = batch_space(task.action_space, self.num_envs)
+
+    @property
+    def contexts(self) -> np.ndarray:
+        """Read-only current contexts, one per sub-env (leading axis ``num_envs``)."""
+        return readonly(self.task.contexts)
+
+    @property
+    def step_index(self) -> int:
+        """Steps taken in the current episodes (all sub-envs are in lockstep)."""
+        return self.task.step_index
+
+    def _start(self, contexts: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return self.task.begin(contexts)
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env; returns ``(obs, rewards, terminated, truncated, infos)``."""

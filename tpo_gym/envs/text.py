@@ -34,10 +34,17 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from tpo_gym.vector import _check_options, _with_masks, check_choice, check_int, check_int_array, readonly
+from tpo_gym.vector import (
+    GroupedVectorEnv,
+    _check_options,
+    _with_masks,
+    check_choice,
+    check_int,
+    check_int_array,
+    readonly,
+)
 
 __all__ = ["FORMAT_INSTRUCTION", "REWARDS", "SPLITS", "SUCCESS_THRESHOLD", "ReasoningGymTask", "TextEnv",
            "TextVectorEnv", "extract_answer", "score_completion"]
@@ -287,7 +294,7 @@ class TextEnv(gym.Env):
         return self.task.score_completions(contexts, completions)
 
 
-class TextVectorEnv(VectorEnv):
+class TextVectorEnv(GroupedVectorEnv):
     """``num_envs`` :class:`TextEnv` episodes as one batch, with groups and same-step autoreset.
 
     ``reset`` returns ``(obs, infos)``: obs an object array [n] of prompt strings, infos a dict of
@@ -299,16 +306,12 @@ class TextVectorEnv(VectorEnv):
     (``answer``, ``format_ok``, ``ground_truth``, ``score``, ``is_success``, ``context``), each key
     with its ``_`` mask.
 
-    Groups: ``reset(options={"group_size": G})`` makes each block of ``G`` consecutive sub-envs
-    share one drawn item (``num_envs % G == 0``); ``reset(options={"contexts": cs})`` sets the
-    items explicitly (``num_envs / G`` indices, each repeated ``G`` times). The group size of a
-    reset (default: the ``group_size`` argument) also applies to the autoresets after it.
+    Groups: the resets of :class:`tpo_gym.vector.GroupedVectorEnv` (``options={"group_size": G}``
+    or ``{"contexts": item indices}``; default group size: the ``group_size`` argument).
     ``contexts`` (read-only int64 [n]) are the current item indices;
     ``score_completions(contexts, completions)`` scores without stepping. Other keywords are
     those of :class:`TextEnv`.
     """
-
-    metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int, group_size: int = 1, max_episode_steps: int | None = None,
                  **kwargs: Any) -> None:
@@ -325,12 +328,6 @@ class TextVectorEnv(VectorEnv):
         self.action_space = batch_space(self.task.action_space, self.num_envs)
         self._contexts: np.ndarray | None = None
 
-    def _check_group_size(self, group_size: Any) -> int:
-        group_size = check_int("group_size", group_size, 1)
-        if self.num_envs % group_size:
-            raise ValueError(f"num_envs={self.num_envs} must be divisible by group_size={group_size}")
-        return group_size
-
     @property
     def contexts(self) -> np.ndarray:
         """Read-only item indices of the current episodes, int64 [num_envs]."""
@@ -338,25 +335,9 @@ class TextVectorEnv(VectorEnv):
             raise RuntimeError("call reset() first")
         return readonly(self._contexts)
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start new episodes; options ``group_size`` and ``contexts`` as in the class docstring."""
-        super().reset(seed=seed)
-        options = _check_options(options, ("group_size", "contexts"))
-        self.group_size = self._check_group_size(options.get("group_size", self.default_group_size))
-        obs, info = self._begin(options.get("contexts"))
-        return obs, _with_masks(info, self.num_envs)
-
-    def _begin(self, contexts: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        n_groups = self.num_envs // self.group_size
-        if contexts is None:
-            contexts = self.task.sample_contexts(self.np_random, n_groups)
-        contexts = self.task.check_contexts(contexts)
-        if len(contexts) != n_groups:
-            raise ValueError(f"expected {n_groups} contexts (num_envs={self.num_envs} / "
-                             f"group_size={self.group_size}), got {len(contexts)}")
-        self._contexts = np.repeat(contexts, self.group_size)
-        return self.task.prompts_of(self._contexts), {"context": self._contexts.copy()}
+    def _start(self, contexts: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        self._contexts = contexts
+        return self.task.prompts_of(contexts), {"context": contexts.copy()}
 
     def step(self, completions: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                          dict[str, Any]]:

@@ -162,7 +162,7 @@ def grpo_loss(
     ratio = log_ratio.exp()
     advantages = advantages.detach()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_range, 1 + clip_range) * advantages)
-    kl = torch.exp(-log_ratio) + log_ratio - 1
+    kl = k3(-log_ratio)
     per_group = (surrogate - beta * kl).sum(-1)
     if mask is None:
         return -per_group.mean()
@@ -364,6 +364,11 @@ def policy_kl(old_log_probs: torch.Tensor, log_probs: torch.Tensor) -> torch.Ten
     return (old_log_probs.exp() * (old_log_probs - log_probs)).sum(-1).mean()
 
 
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 term per sample, exp(x) - x - 1 >= 0, with x = log q - log p for samples of p."""
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
 def k3_kl(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Schulman's k3 estimator of KL(p || q) from samples of p, with x = log q - log p per sample:
     k3 = exp(x) - x - 1 >= 0, averaged over the entries where ``mask`` is 1 (all when None).
@@ -371,10 +376,10 @@ def k3_kl(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Te
     KL(pi_old || pi_theta): x = log pi_theta - log pi_old; KL(pi_theta || pi_ref) (the LLM runs'
     penalty to the frozen reference): x = log pi_ref - log pi_theta.
     """
-    k3 = torch.exp(log_ratio) - log_ratio - 1
+    terms = k3(log_ratio)
     if mask is None:
-        return k3.mean()
-    return (k3 * mask).sum() / mask.sum().clamp(min=1)
+        return terms.mean()
+    return (terms * mask).sum() / mask.sum().clamp(min=1)
 
 
 @torch.no_grad()

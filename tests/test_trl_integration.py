@@ -1,0 +1,268 @@
+"""TargetPOTrainer (agents/integrations/trl.py): TRL's GRPOTrainer with TPO's update.
+
+Contract: on the same per-token log-probs, masks and scores, the trainer's loss and gradient equal
+``agents.losses``' to 1e-6; groups stay whole (group shuffling, micro-batch checks, config errors); a
+two-process gloo run gives the same update as one process on the same data.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+from agents import losses  # noqa: E402
+from agents.integrations import trl as tpo_trl  # noqa: E402
+from tests import trl_group_run  # noqa: E402
+from tests.trl_group_run import K, fixed_rollout, length_reward  # noqa: E402
+
+pytest_plugins = ["tests.llm_fixtures"]  # the tiny_llm_dir fixture
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def make_config(tmp_path: Path, **overrides) -> tpo_trl.TargetPOConfig:
+    settings = dict(
+        output_dir=str(tmp_path / "trainer"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+        per_device_train_batch_size=4, num_generations=K, max_completion_length=16, max_steps=1,
+        learning_rate=1e-2, seed=0, disable_tqdm=True,
+    )  # fmt: skip
+    settings.update(overrides)
+    return tpo_trl.TargetPOConfig(**settings)
+
+
+def make_trainer(model_dir: str, tmp_path: Path, **overrides) -> tpo_trl.TargetPOTrainer:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    dataset = Dataset.from_dict({"prompt": [f"question {i}: {'xyzw'[i]}" for i in range(4)]})
+    return tpo_trl.TargetPOTrainer(
+        model=model, reward_funcs=length_reward, args=make_config(tmp_path, **overrides),
+        train_dataset=dataset, processing_class=tokenizer, rollout_func=fixed_rollout,
+    )  # fmt: skip
+
+
+def manual_token_log_probs(model, inputs) -> torch.Tensor:
+    """log pi(y_t | x, y_<t) of the completion tokens by one plain forward (left-padded prompt)."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits.float()
+    n = inputs["completion_ids"].shape[1]
+    log_probs = torch.log_softmax(logits[:, -n - 1 : -1], -1)
+    return log_probs.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def micro_batch(trainer, scores: list[float]) -> dict:
+    """Two prompts x K completions of different lengths, tokenized as TRL does (left/right padding)."""
+    tok = trainer.processing_class
+    prompts = ["question 0: x", "question 0: x", "q 1: yz", "q 1: yz"]
+    completions = ["ab", "abcd!", "z", "zz zz"]
+    prompt = tok(prompts, padding=True, padding_side="left", return_tensors="pt", add_special_tokens=False)
+    completion = tok(completions, padding=True, padding_side="right", return_tensors="pt",
+                     add_special_tokens=False)  # fmt: skip
+    return {
+        "prompt_ids": prompt["input_ids"], "prompt_mask": prompt["attention_mask"],
+        "completion_ids": completion["input_ids"], "completion_mask": completion["attention_mask"],
+        "scores": torch.tensor(scores), "advantages": torch.zeros(4),
+    }  # fmt: skip
+
+
+def grads(model) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("logscore", ["sum", "mean"])
+@pytest.mark.parametrize("old_shift", [None, 0.3])
+def test_trainer_loss_and_gradient_equal_agents_losses(tiny_llm_dir, tmp_path, logscore, old_shift):
+    trainer = make_trainer(tiny_llm_dir, tmp_path, logscore=logscore, eta=0.7)
+    trainer.current_gradient_accumulation_steps = 1
+    model = trainer.model
+    model.train()
+    inputs = micro_batch(trainer, [1.0, 0.0, 0.25, 2.0])
+    mask = inputs["completion_mask"].float()
+    if old_shift is not None:  # an earlier epoch: L_old from the stored rollout log-probs
+        with torch.no_grad():
+            inputs["old_per_token_logps"] = manual_token_log_probs(model, inputs) - old_shift * mask
+
+    model.zero_grad()
+    loss = trainer._compute_loss(model, inputs)
+    loss.backward()
+    trainer_grads = grads(model)
+
+    model.zero_grad()
+    token_lp = manual_token_log_probs(model, inputs)
+    old_lp = inputs.get("old_per_token_logps", token_lp.detach())
+    logscores = losses.sequence_logscores(token_lp, mask, logscore).reshape(2, K)
+    old = losses.sequence_logscores(old_lp, mask, logscore).reshape(2, K)
+    target = losses.tpo_target(old, inputs["scores"].reshape(2, K), eta=0.7)
+    expected = losses.tpo_loss(logscores, target)
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
+    for ours, theirs in zip(trainer_grads, grads(model), strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+
+
+def test_trainer_kl_term_equals_k3_to_the_reference(tiny_llm_dir, tmp_path):
+    trainer = make_trainer(tiny_llm_dir, tmp_path, beta=0.5)
+    trainer.current_gradient_accumulation_steps = 2  # the loss is scaled for accumulation
+    model = trainer.model
+    model.train()
+    inputs = micro_batch(trainer, [1.0, 1.0, 0.0, 3.0])
+    mask = inputs["completion_mask"].float()
+    with torch.no_grad():
+        inputs["ref_per_token_logps"] = manual_token_log_probs(model, inputs) + 0.2 * mask
+    loss = trainer._compute_loss(model, inputs)
+    token_lp = manual_token_log_probs(model, inputs)
+    logscores = losses.sequence_logscores(token_lp, mask, "mean").reshape(2, K)
+    target = losses.tpo_target(logscores.detach(), inputs["scores"].reshape(2, K))
+    expected = losses.tpo_loss(logscores, target) + 0.5 * losses.k3_kl(
+        inputs["ref_per_token_logps"] - token_lp, mask
+    )
+    assert loss.item() == pytest.approx(expected.item() / 2, abs=1e-6)
+    assert trainer._metrics["train"]["kl"][-1] == pytest.approx(
+        losses.k3_kl(inputs["ref_per_token_logps"] - token_lp, mask).item(), abs=1e-6
+    )
+
+
+def test_generation_batch_carries_scores_and_standardized_advantages(tiny_llm_dir, tmp_path):
+    trainer = make_trainer(tiny_llm_dir, tmp_path, per_device_train_batch_size=2, steps_per_generation=2)
+    trainer.model.train()
+    rows = next(iter(trainer.get_train_dataloader()))
+    out = trainer._generate_and_score_completions(rows)
+    texts = trainer.processing_class.batch_decode(out["completion_ids"], skip_special_tokens=True)
+    lengths = torch.tensor([float(len(t)) for t in texts])
+    torch.testing.assert_close(out["scores"], lengths)
+    torch.testing.assert_close(out["advantages"], losses.standardize(lengths.reshape(-1, K)).reshape(-1))
+
+
+def test_shuffle_keeps_groups_whole():
+    torch.manual_seed(0)
+    ids = torch.arange(12).reshape(6, 2)
+    batch = {"ids": ids, "text": list("abcdef"), "n": torch.tensor(3), "none": None}
+    out = tpo_trl.shuffle_groups(batch, 2)
+    firsts = out["ids"][::2, 0]
+    assert sorted(firsts.tolist()) == [0, 4, 8]
+    torch.testing.assert_close(out["ids"][1::2, 0], firsts + 2)
+    assert out["text"] == ["abcdef"[int(i) // 2] for i in out["ids"][:, 0]]
+    assert out["n"].item() == 3 and out["none"] is None
+    with pytest.raises(ValueError, match="groups of K = 4"):
+        tpo_trl.shuffle_groups(batch, 4)
+
+
+def test_split_group_in_a_micro_batch_is_an_error(tiny_llm_dir, tmp_path):
+    trainer = make_trainer(tiny_llm_dir, tmp_path)
+    trainer.current_gradient_accumulation_steps = 1
+    inputs = micro_batch(trainer, [1.0, 0.0, 0.25, 2.0])
+    order = torch.tensor([0, 2, 1, 3])
+    split = {key: value[order] if value.ndim else value for key, value in inputs.items()}
+    with pytest.raises(ValueError, match="do not share one prompt"):
+        trainer._compute_loss(trainer.model, split)
+
+
+def test_multi_epoch_uses_the_rollout_log_probs(tiny_llm_dir, tmp_path, monkeypatch):
+    trainer = make_trainer(tiny_llm_dir, tmp_path, num_iterations=2, max_steps=2)
+    seen = []
+    original = tpo_trl.target_po_loss
+
+    def spy(per_token_logps, old_per_token_logps, *args, **kwargs):
+        seen.append((old_per_token_logps - per_token_logps.detach()).abs().max().item())
+        return original(per_token_logps, old_per_token_logps, *args, **kwargs)
+
+    monkeypatch.setattr(tpo_trl, "target_po_loss", spy)
+    trainer.train()
+    assert len(seen) == 2
+    assert seen[0] < 1e-5 < seen[1]  # the second pass over the same completions sees the rollout's L_old
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"per_device_train_batch_size": 2, "num_generations": 4, "steps_per_generation": 2},
+            "per_device_train_batch_size=2 must be a multiple of num_generations=4",
+        ),
+        ({"eta": 0.0}, "eta=0.0: must be a number > 0"),
+        ({"eta": "abc"}, "eta='abc': must be a number > 0"),
+        ({"logscore": "max"}, "logscore='max': use 'sum' or 'mean'"),
+        ({"top_entropy_quantile": 0.5}, "top_entropy_quantile=0.5 is not supported"),
+        ({"entropy_coef": 0.01}, "entropy_coef=0.01 is not supported"),
+    ],
+)
+def test_config_errors(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tpo_trl.check_config(make_config(tmp_path, **overrides))
+
+
+def test_grpo_config_is_refused(tmp_path):
+    from trl import GRPOConfig
+
+    with pytest.raises(ValueError, match="takes a TargetPOConfig"):
+        tpo_trl.check_config(GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
+
+
+def test_text_env_reward_and_dataset(tiny_llm_dir):
+    from transformers import AutoTokenizer
+
+    from agents.policies.llm import format_prompt
+
+    env_kwargs = dict(
+        dataset="letter_counting", size=6, eval_size=2, min_words=1, max_words=1, reward="binary"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    data = tpo_trl.text_env_dataset("TPO/ReasoningGym-v0", tokenizer, "Be brief.", "<answer>", **env_kwargs)
+    task = tpo_trl._task("TPO/ReasoningGym-v0", env_kwargs)
+    assert len(data) == 6 and data["context"] == list(range(6))
+    assert data[2]["prompt"] == format_prompt(tokenizer, task.prompt(2), "Be brief.", "<answer>")
+    chat = tpo_trl.text_env_dataset(task, system_prompt="Be brief.")
+    assert chat[2]["prompt"] == [{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": task.prompt(2)}]  # fmt: skip
+    gold = [task.entry(i)["answer"] for i in range(2)]
+    reward = tpo_trl.text_env_reward(task, prefill="<answer>")
+    assert reward.__name__ == "letter_counting_binary"
+    assert reward([f"{gold[0]}</answer>", "99</answer>"], context=[0, 1]) == [1.0, 0.0]
+    chat_reward = tpo_trl.text_env_reward("TPO/ReasoningGym-v0", **env_kwargs)
+    messages = [[{"role": "assistant", "content": f"<answer>{gold[1]}</answer>"}]]
+    assert chat_reward(messages, context=[1]) == [1.0]
+    with pytest.raises(ValueError, match="needs the tokenizer"):
+        tpo_trl.text_env_dataset(task, prefill="<answer>")
+    with pytest.raises(ValueError, match="not a text env"):
+        tpo_trl.text_env_reward("TPO/TokenReversal-v0")
+
+
+def test_two_processes_give_the_one_process_update(tiny_llm_dir, tmp_path):
+    """torchrun + gloo, 2 processes x 1 group each == 1 process x 2 groups, and the step moved weights."""
+    from transformers import AutoModelForCausalLM
+
+    script = str(ROOT / "tests" / "trl_group_run.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    one, two = tmp_path / "one.pt", tmp_path / "two.pt"
+    trl_group_run.main(tiny_llm_dir, str(one), 2 * K)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_port", "29517"]  # fmt: skip
+    result = subprocess.run([*launcher, script, tiny_llm_dir, str(two), str(K)], env=env, capture_output=True,
+                            text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = torch.load(one), torch.load(two)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_llm_dir).state_dict()
+    moved = max((a[name] - initial[name]).abs().max().item() for name in a)
+    gap = max((a[name] - b[name]).abs().max().item() for name in a)
+    assert moved > 1e-3
+    assert gap < 1e-6
+    assert np.isfinite(gap)

@@ -266,3 +266,57 @@ def test_two_processes_give_the_one_process_update(tiny_llm_dir, tmp_path):
     assert moved > 1e-3
     assert gap < 1e-6
     assert np.isfinite(gap)
+
+
+def test_command_line_trains_a_lora_adapter_and_saves_it(tiny_llm_dir, tmp_path):
+    from agents.integrations import trl_train
+
+    out = tmp_path / "run"
+    trainer = trl_train.main([
+        "--model", tiny_llm_dir, "--env_id", "TPO/ReasoningGym-v0",
+        "--env_kwargs", '{"dataset": "letter_counting", "size": 4, "eval_size": 1}', "--prefill", "<answer>",
+        "--lora_rank", "4", "--output_dir", str(out), "--num_generations", "2",
+        "--per_device_train_batch_size", "2", "--max_steps", "1", "--max_completion_length", "4",
+        "--use_cpu", "--bf16", "false", "--report_to", "none", "--save_strategy", "no",
+        "--disable_tqdm", "true",
+    ])  # fmt: skip
+    assert trainer.state.global_step == 1
+    assert (out / "adapter_config.json").exists() and (out / "adapter_model.safetensors").exists()
+    assert trainer.train_dataset[0]["prompt"].endswith("<answer>")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--env_kwargs", '{"dataset":'], "env_kwargs=.* is not JSON"),
+        (["--env_kwargs", "[1]"], "must be a JSON object"),
+        (["--env_id", "TPO/TokenReversal-v0"], "is not a text env"),
+    ],
+)
+def test_command_line_errors(tiny_llm_dir, tmp_path, flags, message):
+    from trl import TrlParser
+
+    from agents.integrations import trl_train
+
+    parser = TrlParser((trl_train.TextEnvArguments, tpo_trl.TargetPOConfig))
+    base = ["--model", tiny_llm_dir, "--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false"]
+    text_args, config = parser.parse_args_and_config([*base, *flags])
+    with pytest.raises(ValueError, match=message):
+        trl_train.build_trainer(text_args, config)
+
+
+@pytest.mark.parametrize("recipe", ["smollm2_letter_counting.yaml", "qwen3_1.7b_graph_color.yaml"])
+def test_shipped_recipes_parse_and_keep_groups_whole(tmp_path, recipe):
+    from trl import TrlParser
+
+    from agents.integrations import trl_train
+
+    parser = TrlParser((trl_train.TextEnvArguments, tpo_trl.TargetPOConfig))
+    path = str(ROOT / "configs" / "trl" / recipe)
+    text_args, config = parser.parse_args_and_config(["--config", path, "--bf16", "false",
+                                                      "--output_dir", str(tmp_path)])  # fmt: skip
+    tpo_trl.check_config(config)
+    assert config.per_device_train_batch_size % config.num_generations == 0
+    if recipe.startswith("qwen3"):  # the paper's setting
+        assert (config.num_generations, config.learning_rate, config.beta) == (16, 1e-5, 1e-3)
+        assert text_args.lora_rank == 32 and text_args.model == "Qwen/Qwen3-1.7B"

@@ -6,7 +6,8 @@
 
 Same model, task, prompt text (chat template + system prompt + ``<answer>`` prefill), prompts per update,
 K completions per prompt, most new tokens (no stop string: a completion ends at EOS or at the limit),
-micro-batch rows, learning rate, one optimizer step per update, torch threads. Each path runs in its
+micro-batch rows, learning rate, one optimizer step per update, torch threads, no gradient
+checkpointing (TRL turns it on by default). Each path runs in its
 own subprocess (``--inner PATH``); an update's time is from the end of the previous update (or the
 start of training) to its end, generation included; model loading is not. Printed per path: the
 median and mean seconds per update after the first (warm-up) update, the first update, completion
@@ -106,7 +107,7 @@ def run_trl(args: argparse.Namespace, tpo: bool) -> tuple[list[float], list[int]
         max_steps=args.updates, num_generations=args.k, per_device_train_batch_size=args.micro_batch,
         gradient_accumulation_steps=steps,
         max_completion_length=args.max_new_tokens, learning_rate=args.learning_rate,
-        lr_scheduler_type="constant", beta=0.0, temperature=1.0,
+        lr_scheduler_type="constant", beta=0.0, temperature=1.0, gradient_checkpointing=False,
     )  # fmt: skip
     ends: list[float] = []
     tokens: list[int] = []

@@ -7,11 +7,10 @@
 Same model, task, prompt text (chat template + system prompt + ``<answer>`` prefill), prompts per update,
 K completions per prompt, most new tokens (no stop string: a completion ends at EOS or at the limit),
 micro-batch rows, learning rate, one optimizer step per update, torch threads, no gradient
-checkpointing (TRL turns it on by default). Each path runs in its
-own subprocess (``--inner PATH``); an update's time is from the end of the previous update (or the
-start of training) to its end, generation included; model loading is not. Printed per path: the
-median and mean seconds per update after the first (warm-up) update, the first update, completion
-tokens per update, and the peak RSS.
+checkpointing (TRL turns it on by default). Each path runs in its own subprocess (``--inner PATH``);
+an update's time is from the end of the previous update (or the start of training) to its end,
+generation included; model loading is not. Printed per path: the median and mean seconds per update
+after the first (warm-up) update, the first update, completion tokens per update, and the peak RSS.
 
 * ``ours``: ``TPO("LLMPolicy", "TPO/ReasoningGym-v0")`` (text mode, ``learn(n_iterations=N)``);
 * ``target_po``: ``agents.integrations.trl.TargetPOTrainer``;

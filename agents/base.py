@@ -28,6 +28,7 @@ from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spac
 from stable_baselines3.common.vec_env import VecEnv
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
+from agents import checks
 from agents.modes import MODES, VIEWS, CollectionMode, make_mode
 from agents.policies import MlpPolicy, TabularPolicy, TransformerPolicy
 from tpo_gym.sb3 import SB3VecEnv
@@ -39,6 +40,17 @@ LAST_EPOCH_STATS = ("clip_fraction",)
 _VEC_ONLY_KWARGS = ("num_envs", "vectorization_mode", "max_episode_steps", "render_mode")
 
 EnvLike = str | gym.Env | VecEnv | gym.vector.VectorEnv
+
+
+def model_zip_path(path: Any) -> Any:
+    """``path`` as a model's ``load`` should open it: ``<path>.zip`` when ``path`` does not end in
+    ``.zip``, is not a file, and ``<path>.zip`` is one (so ``TPO.load("logs/tpo/TPO-TokenReversal-v0_1/
+    TPO-TokenReversal-v0")`` loads the zip, not the same-named folder of config files); else ``path``."""
+    if isinstance(path, str | os.PathLike):
+        text = os.fspath(path)
+        if not text.endswith(".zip") and not os.path.isfile(text) and os.path.isfile(text + ".zip"):
+            return text + ".zip"
+    return path
 
 
 def env_id_and_kwargs(env: EnvLike) -> tuple[str, dict[str, Any]]:
@@ -116,6 +128,16 @@ class GroupAlgorithm(BaseAlgorithm):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.group_size = group_size
+        self.n_epochs = n_epochs
+        self.group_mode = group_mode or self.default_mode
+        self.match = match
+        self.baseline = baseline
+        self.kl_coef = kl_coef
+        self.mode_kwargs = dict(mode_kwargs or {})
+        self._validate()  # before anything is built or printed
         super().__init__(
             policy=policy,
             env=None,
@@ -130,14 +152,6 @@ class GroupAlgorithm(BaseAlgorithm):
             seed=seed,
             supported_action_spaces=(spaces.Discrete,),
         )
-        self.batch_size = batch_size
-        self.group_size = group_size
-        self.n_epochs = n_epochs
-        self.group_mode = group_mode or self.default_mode
-        self.match = match
-        self.baseline = baseline
-        self.kl_coef = kl_coef
-        self.mode_kwargs = dict(mode_kwargs or {})
         self.env_id: str | None = None
         self.env_kwargs: dict[str, Any] = {}
         self.monitor_dir = monitor_dir
@@ -147,7 +161,6 @@ class GroupAlgorithm(BaseAlgorithm):
             self.env_id, given_kwargs = env_id_and_kwargs(env)
             self.env_kwargs = {**given_kwargs, **(env_kwargs or {})}
             self._env_source = env
-        self._validate()
         if _init_setup_model:
             self._setup_model()
 
@@ -172,19 +185,22 @@ class GroupAlgorithm(BaseAlgorithm):
         return tuple(name for name, mode in MODES.items() if views & set(mode.views))
 
     def _validate(self) -> None:
-        if self.group_mode not in self.supported_modes():
-            raise ValueError(
-                f"{type(self).__name__} does not support group_mode={self.group_mode!r}; "
-                f"choose one of {list(self.supported_modes())}"
-            )
-        if self.match not in MATCHES:
-            raise ValueError(f"match={self.match!r} is not one of {list(MATCHES)}")
-        for name in ("batch_size", "group_size", "n_epochs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not (self.baseline in ("batch_mean", "expected") or isinstance(self.baseline, int | float)):
-            raise ValueError(f"baseline={self.baseline!r}: use 'batch_mean', 'expected' or a number")
+        """Check every hyperparameter's type and range (a :class:`~agents.checks.HyperparameterError`,
+        a ``ValueError`` naming the value and what is allowed); a subclass adds its own after these."""
+        name = type(self).__name__
+        checks.check_choice("group_mode", self.group_mode, self.supported_modes(), f" for {name}")
+        checks.check_choice("match", self.match, MATCHES)
+        checks.check_schedulable("learning_rate", self.learning_rate)
+        checks.check_integer("batch_size", self.batch_size)
+        checks.check_integer("n_epochs", self.n_epochs)
+        mode = MODES[self.group_mode]
+        view = next(kind for kind in mode.views if kind in self.loss_views())
+        low = mode.min_group_size(view)
+        checks.check_integer("group_size", self.group_size, low, f" in {mode.name} mode" if low > 1 else "")
+        if not (self.baseline in ("batch_mean", "expected") or checks.is_number(self.baseline)):
+            allowed = "'batch_mean', 'expected' or a number"
+            raise checks.HyperparameterError("baseline", self.baseline, allowed)
+        checks.check_nonnegative("kl_coef", self.kl_coef)
 
     def _setup_model(self) -> None:
         if self._env_source is not None:
@@ -238,7 +254,7 @@ class GroupAlgorithm(BaseAlgorithm):
         else:
             try:
                 probe = gym.make(self.env_id, **self.env_kwargs)
-            except TypeError as err:
+            except (TypeError, ValueError) as err:  # an unknown env kwarg, or a value out of range
                 raise ValueError(f"cannot make {self.env_id} with {self.env_kwargs}: {err}") from err
         if not isinstance(probe.action_space, mode.action_space_types):
             raise ValueError(f"{name} in {mode.name} mode needs a {mode.action_space_types[0].__name__} "
@@ -289,11 +305,19 @@ class GroupAlgorithm(BaseAlgorithm):
         monitor_dir: str | None = None,
         **kwargs: Any,
     ) -> GroupAlgorithm:
-        """SB3's ``load``; with ``env`` (an id or an env), the algorithm then builds its batched env."""
+        """SB3's ``load``; with ``env`` (an id or an env), the algorithm then builds its batched env.
+
+        ``path`` may omit ``.zip`` even where a folder of the same name exists (a run folder holds
+        ``<Env>.zip`` next to ``<Env>/``): see :func:`model_zip_path`.
+        """
         model = super().load(
-            path, env=None, device=device, custom_objects=custom_objects,
+            model_zip_path(path), env=None, device=device, custom_objects=custom_objects,
             print_system_info=print_system_info, force_reset=force_reset, **kwargs,
         )  # fmt: skip
+        # Values changed at load are checked as the constructor checks them; custom_objects are not
+        # (the RL Zoo's enjoy loads with learning_rate 0.0 to predict).
+        if kwargs:
+            model._validate()
         if env is not None:
             model.set_env(env, force_reset=force_reset, env_kwargs=env_kwargs, monitor_dir=monitor_dir)
         return model
@@ -395,6 +419,7 @@ class GroupAlgorithm(BaseAlgorithm):
                 first_stats = stats
             self.policy.optimizer.step()
         self.mode.after_update(self.policy)
+        self.mode.log_update(self.logger, batch)
         self._n_updates += self.n_epochs
         first_stats.update({key: stats[key] for key in LAST_EPOCH_STATS if key in stats})
         first_stats["approx_kl"] = kl

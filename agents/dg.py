@@ -15,7 +15,7 @@ from typing import Any
 
 import torch as th
 
-from agents import losses
+from agents import checks, losses
 from agents.base import GroupAlgorithm
 from agents.modes import ExactView, SampleView
 
@@ -31,6 +31,10 @@ class DG(GroupAlgorithm):
     def __init__(self, policy: Any, env: Any, eta: float = 1.0, n_epochs: int = 1, **kwargs: Any) -> None:
         self.eta = eta
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
+
+    def _validate(self) -> None:
+        super()._validate()
+        checks.check_positive("eta", self.eta)
 
     def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
         gated = losses.dg_weights(view.logp, view.advantages, self.eta)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch as th
 
-from agents import losses
+from agents import checks, losses
 from agents.base import GroupAlgorithm
 from agents.modes import ExactView, GroupView, SampleView
 
@@ -46,6 +46,12 @@ class GRPO(GroupAlgorithm):
         self.clip_range = clip_range
         self.mask_zero_variance = mask_zero_variance
         super().__init__(policy, env, **kwargs)
+
+    def _validate(self) -> None:
+        super()._validate()
+        checks.check_nonnegative("beta", self.beta)
+        checks.check_schedulable("clip_range", self.clip_range)
+        checks.check_bool("mask_zero_variance", self.mask_zero_variance)
 
     def _clipped(self, logscores: th.Tensor, old: th.Tensor, advantages: th.Tensor, scores: th.Tensor,
                  mask: th.Tensor | None = None) -> tuple[th.Tensor, dict]:

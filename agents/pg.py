@@ -13,7 +13,7 @@ from typing import Any
 
 import torch as th
 
-from agents import losses
+from agents import checks, losses
 from agents.base import GroupAlgorithm
 from agents.modes import ExactView, GroupView, SampleView
 
@@ -42,6 +42,10 @@ class GroupPG(GroupAlgorithm):
     def __init__(self, policy: Any, env: Any, eta: float = 1.0, **kwargs: Any) -> None:
         self.eta = eta
         super().__init__(policy, env, **kwargs)
+
+    def _validate(self) -> None:
+        super()._validate()
+        checks.check_positive("eta", self.eta)
 
     def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
         return losses.group_pg_loss(view.logscores, view.scores, self.eta), {}

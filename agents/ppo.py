@@ -12,7 +12,7 @@ from typing import Any
 
 import torch as th
 
-from agents import losses
+from agents import checks, losses
 from agents.base import GroupAlgorithm
 from agents.modes import SampleView
 
@@ -29,6 +29,10 @@ class PPO(GroupAlgorithm):
     def __init__(self, policy: Any, env: Any, clip_range: float | Any = 0.2, **kwargs: Any) -> None:
         self.clip_range = clip_range
         super().__init__(policy, env, **kwargs)
+
+    def _validate(self) -> None:
+        super()._validate()
+        checks.check_schedulable("clip_range", self.clip_range)
 
     def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
         clip_range = self.scheduled("clip_range")

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch as th
 
-from agents import losses
+from agents import checks, losses
 from agents.base import GroupAlgorithm
 from agents.modes import GroupView
 
@@ -33,6 +33,11 @@ class TPO(GroupAlgorithm):
         self.eta = eta
         self.anchor = anchor
         super().__init__(policy, env, **kwargs)
+
+    def _validate(self) -> None:
+        super()._validate()
+        checks.check_positive("eta", self.eta)
+        checks.check_bool("anchor", self.anchor)
 
     def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
         target = losses.tpo_target(view.old_logscores, view.scores, eta=self.eta, anchor=self.anchor)

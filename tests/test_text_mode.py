@@ -108,8 +108,24 @@ def test_a_batch_is_groups_of_completions_of_one_prompt(model_dir):
     assert batch.old_token_log_probs.shape == batch.completions.completion_mask.shape
     part, weight = next(model.mode.parts(batch))
     assert len(part.rows) == 8 and weight == 0.5  # micro_batch_size 8: two groups of K = 4 per part
-    view = model.mode.group_view(part, batch.old_token_log_probs[part.rows])
+    assert not batch.old_ready.any()  # pi_old comes from the first epoch's forward, not a forward of its own
+    view = model.mode.group_view(part, model.mode.log_probs(model.policy, part))
     assert view.logscores.shape == (2, 4) and th.equal(view.logscores, view.old_logscores)
+    assert batch.old_ready[part.rows].all() and not batch.old_ready[8:].any()
+
+
+def test_rollout_log_probs_from_the_first_epoch_equal_a_forward_before_the_update(model_dir):
+    model = make(TPO, model_dir, learning_rate=3e-3, n_epochs=2)
+    batch = _collect(model)
+    with th.no_grad():
+        before = th.cat([model.policy.token_log_probs(batch.completions, part.rows)
+                         for part, _ in model.mode.parts(batch)])  # fmt: skip
+    model.train(batch)
+    assert batch.old_ready.all()
+    th.testing.assert_close(batch.old_token_log_probs, before, atol=1e-6, rtol=0)
+    with th.no_grad():
+        after = model.policy.token_log_probs(batch.completions, th.arange(len(batch.old_ready)))
+    assert (after - before).abs().max() > 1e-4  # the two epochs moved the policy; pi_old stayed
 
 
 def test_one_tpo_update_raises_the_best_completion_of_a_group(model_dir):
@@ -118,7 +134,9 @@ def test_one_tpo_update_raises_the_best_completion_of_a_group(model_dir):
     batch.scores = th.zeros_like(batch.scores)
     batch.scores[0, 1] = 1.0  # one winner in group 0, every other group neutral
     part = next(model.mode.parts(batch))[0]
-    before = model.mode.group_view(part, batch.old_token_log_probs[part.rows]).logscores[0].softmax(-1)[1]
+    with th.no_grad():
+        before = model.mode.group_view(part, model.policy.token_log_probs(batch.completions, part.rows))
+    before = before.logscores[0].softmax(-1)[1]
     model.train(batch)
     with th.no_grad():
         now = model.mode.log_probs(model.policy, part)

@@ -200,7 +200,7 @@ def test_multi_epoch_uses_the_rollout_log_probs(tiny_llm_dir, tmp_path, monkeypa
         ),
         ({"eta": 0.0}, "eta=0.0: must be a number > 0"),
         ({"eta": "abc"}, "eta='abc': must be a number > 0"),
-        ({"logscore": "max"}, "logscore='max': use 'sum' or 'mean'"),
+        ({"logscore": "max"}, "logscore='max': must be one of 'sum', 'mean'"),
         ({"top_entropy_quantile": 0.5}, "top_entropy_quantile=0.5 is not supported"),
         ({"entropy_coef": 0.01}, "entropy_coef=0.01 is not supported"),
     ],

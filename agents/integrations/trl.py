@@ -40,7 +40,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
 
-from agents import losses
+from agents import checks, losses
 from agents.policies.llm import format_prompt
 from tpo_gym.envs.text import ReasoningGymTask, TextEnv
 
@@ -71,10 +71,8 @@ class TargetPOConfig(GRPOConfig):
     logscore: str = field(default="mean", metadata={"help": "completion log-score: 'sum' or 'mean'"})
 
     def __post_init__(self) -> None:
-        if isinstance(self.eta, bool) or not isinstance(self.eta, (int, float)) or not self.eta > 0:
-            raise ValueError(f"eta={self.eta!r}: must be a number > 0")
-        if self.logscore not in LOGSCORES:
-            raise ValueError(f"logscore={self.logscore!r}: use 'sum' or 'mean'")
+        checks.check_positive("eta", self.eta)
+        checks.check_choice("logscore", self.logscore, LOGSCORES)
         super().__post_init__()
 
 

@@ -107,6 +107,13 @@ class CollectionMode(ABC):
         self.batch_size, self.group_size, self.match = batch_size, group_size, match
         self.baseline, self.observation_space = baseline, observation_space
 
+    @classmethod
+    def min_group_size(cls, view: str) -> int:
+        """The smallest ``group_size`` K this mode can train with through ``view``: 1 here (K is not the
+        group: the action set is, or each sample stands alone); 2 where K candidates of one context
+        form the group (a group of one candidate carries no signal)."""
+        return 1
+
     @property
     @abstractmethod
     def n_envs(self) -> int:
@@ -152,6 +159,10 @@ class CollectionMode(ABC):
     def reference_kl(self, policy: Any, batch: Any, log_probs: th.Tensor) -> th.Tensor:
         """The KL to a frozen reference model, with gradient (modes with ``has_reference_kl``)."""
         raise NotImplementedError(f"{self.name} mode has no reference model")
+
+    def log_update(self, logger: Logger, batch: Any) -> None:
+        """Record what the mode measures during an update (nothing here; text mode: the group softmax)."""
+        return None
 
     def after_update(self, policy: Any) -> None:
         """Called after the optimizer steps of an update (a generation engine reloads the weights)."""

@@ -20,6 +20,10 @@ class SequenceMode(EpisodeMode):
     name = "sequence"
     views = ("group",)
 
+    @classmethod
+    def min_group_size(cls, view: str) -> int:
+        return 2
+
     @property
     def n_envs(self) -> int:
         return self.batch_size * self.group_size

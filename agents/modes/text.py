@@ -30,13 +30,15 @@ class TextBatch:
     completions: Any  # the policy's Completions: ids, masks, texts
     scores: th.Tensor  # [B, K] the env's scores
     advantages: th.Tensor  # [B*K] score - baseline over the whole batch (sample view)
-    old_token_log_probs: th.Tensor  # [B*K, T] under the rollout snapshot
+    old_token_log_probs: th.Tensor  # [B*K, T] under the rollout snapshot (filled by the first epoch)
     answers: np.ndarray  # [B*K] extracted answers (None without an <answer> tag)
     format_ok: np.ndarray  # [B*K]
     logscore: str  # "sum" | "mean"
     group_size: int
     rows_per_part: int
     reference: dict[int, th.Tensor] = field(default_factory=dict)  # first row of a part -> [R, T]
+
+    old_ready: th.Tensor | None = None  # [B*K] bool: rows whose old_token_log_probs are filled
 
     @property
     def mask(self) -> th.Tensor:
@@ -69,6 +71,12 @@ class TextMode(CollectionMode):
     and A = s - b (``batch_mean`` over the B*K completions, or a constant).
     The loss runs over parts of whole groups of at most the policy's ``micro_batch_size`` rows, with
     gradient accumulation. ``sample_every``: a TensorBoard table of samples every that many updates.
+
+    **Rollout log-probs.** log pi_old of the completions is not computed by a forward of its own: the
+    first epoch's forward of each part gives it (``log_probs`` stores its detached value), which is exact
+    because the optimizer steps only after the first epoch has accumulated every part's gradient, so
+    the weights of that forward are the weights that generated the batch. Training mode is on in that
+    forward (dropout, if the model has any, is part of pi_old, as in TRL's ``GRPOTrainer``).
     """
 
     name = "text"
@@ -78,6 +86,10 @@ class TextMode(CollectionMode):
     env_description = "a text env (TPO/ReasoningGym-v0, TPO/GraphColor-v0, ...)"
     action_space_types = (spaces.Text,)
     has_reference_kl = True
+
+    @classmethod
+    def min_group_size(cls, view: str) -> int:
+        return 2 if view == "group" else 1
 
     def __init__(self, *args: Any, sample_every: int = 10, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -113,17 +125,14 @@ class TextMode(CollectionMode):
             completions=completions,
             scores=scores.reshape(-1, k),
             advantages=losses.baseline_advantages(scores, self.baseline),
-            old_token_log_probs=th.empty(0),
+            old_token_log_probs=th.zeros(completions.completion_mask.shape),
             answers=np.asarray(final["answer"], dtype=object),
             format_ok=np.asarray(final["format_ok"], dtype=bool),
             logscore=policy.logscore,
             group_size=k,
             rows_per_part=max(k, policy.micro_batch_size // k * k),
         )
-        with th.no_grad():
-            batch.old_token_log_probs = th.cat(
-                [policy.token_log_probs(completions, part.rows) for part, _ in self.parts(batch)]
-            )
+        batch.old_ready = th.zeros(scores.numel(), dtype=th.bool)
         return batch
 
     def parts(self, batch: TextBatch) -> Iterator[tuple[TextPart, float]]:
@@ -133,7 +142,14 @@ class TextMode(CollectionMode):
             yield TextPart(batch, rows), len(rows) / n
 
     def log_probs(self, policy: Any, part: TextPart) -> th.Tensor:
-        return policy.token_log_probs(part.batch.completions, part.rows)
+        """Token log-probs of the part's completions, with gradient; the first call stores them as pi_old."""
+        token_log_probs = policy.token_log_probs(part.batch.completions, part.rows)
+        batch = part.batch
+        if batch.old_ready is not None and not batch.old_ready[part.rows].all():
+            batch.old_token_log_probs = batch.old_token_log_probs.to(token_log_probs.device)
+            batch.old_token_log_probs[part.rows] = token_log_probs.detach()
+            batch.old_ready[part.rows] = True
+        return token_log_probs
 
     def group_view(self, part: TextPart, token_log_probs: th.Tensor) -> GroupView:
         batch, k, mask = part.batch, part.batch.group_size, part.mask
@@ -174,22 +190,25 @@ class TextMode(CollectionMode):
     def after_update(self, policy: Any) -> None:
         policy.sync_generator()
 
+    def log_update(self, logger: Logger, batch: TextBatch) -> None:
+        """The rollout policy's group softmax: effective group size exp(H(p_old)) and log-score spread."""
+        old_logscores = batch.old_logscores()
+        logger.record("rollout/effective_group_size", float(losses.effective_group_size(old_logscores)))
+        logger.record("rollout/logscore_spread", float(losses.logscore_spread(old_logscores)))
+
     def train_tokens(self, batch: TextBatch) -> int:
         completions = batch.completions
         prompt_tokens = completions.prompt_mask.sum(-1)[completions.owner].sum()
         return int(prompt_tokens + completions.completion_mask.sum())
 
     def log_rollout(self, logger: Logger, batch: TextBatch) -> None:
-        """Scores, format rate, lengths, the group softmax's effective size and spread, generation speed."""
+        """Scores, format rate, lengths and generation speed (the group softmax: :meth:`log_update`)."""
         completions = batch.completions
-        old_logscores = batch.old_logscores()
         logger.record("rollout/task_error", float(1 - batch.scores.mean()))
         logger.record("rollout/mean_score", float(batch.scores.mean()))
         logger.record("rollout/success_rate", float((batch.scores >= 0.99).float().mean()))
         logger.record("rollout/format_rate", float(batch.format_ok.mean()))
         logger.record("rollout/completion_length", float(completions.completion_mask.sum(-1).float().mean()))
-        logger.record("rollout/effective_group_size", float(losses.effective_group_size(old_logscores)))
-        logger.record("rollout/logscore_spread", float(losses.logscore_spread(old_logscores)))
         seconds = max(float(completions.seconds), 1e-9)
         logger.record("time/generation_tokens_per_s", completions.n_generated_tokens / seconds)
         self._collections += 1

@@ -21,6 +21,7 @@ from agents.zoo.callbacks import atomic_save
 from agents.zoo.hyperparams import ConfigError
 from agents.zoo.train import configure, train
 from tests.llm_fixtures import tiny_llm_dir  # noqa: F401  (fixture)
+from tests.test_zoo_sb3 import TINY_EXTERNAL
 
 torch.set_num_threads(1)
 
@@ -153,7 +154,8 @@ def test_explicit_flags_beat_overrides(tmp_path: Path) -> None:
     )
     assert setup.n_timesteps == 300
     assert setup.env_kwargs["vocab_size"] == 3 and setup.env_kwargs["reward"] == "bag_of_tokens"
-    assert setup.values["n_timesteps"] == 500  # config.yml keeps the YAML value, as the zoo does
+    assert setup.values["n_timesteps"] == 300  # config.yml records what runs: the -n value
+    assert setup.values["env_kwargs"] == setup.env_kwargs  # and the merged env kwargs
 
 
 def test_values_reach_the_model_and_the_env(tmp_path: Path) -> None:
@@ -378,8 +380,8 @@ def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str, req
         tabular = data["default"]["policy"] == "TabularPolicy"
         env = "TPO/MultiContextBandit-v0" if tabular else "TPO/TokenReversal-v0"
     entry = yaml.safe_load((CONFIGS / f"{algo}.yml").read_text())[key]
-    if algo == "sb3_ppo":
-        tiny = list(TINY_SB3)
+    if algo in registry.EXTERNAL_ALGOS:  # SB3 / sb3-contrib: a few dozen steps per update
+        tiny = list(TINY_EXTERNAL[algo])
     else:  # B = 4 (population mode uses every context), K = 2 where the entry has a group
         tiny = ["batch_size:4"] + (["group_size:2"] if "group_size" in entry else [])
     kind = (

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.callbacks import BaseCallback, EvalCallback, EventCallback
-from stable_baselines3.common.logger import HParam, TensorBoardOutputFormat
+from stable_baselines3.common.callbacks import BaseCallback, EvalCallback, EventCallback, ProgressBarCallback
+from stable_baselines3.common.logger import HParam, KVWriter, SeqWriter, TensorBoardOutputFormat
 
 #: Scalars the HParams tab shows next to the hyperparameters.
 HPARAM_METRICS = ("rollout/task_error", "eval/task_error", "eval/mean_reward", "rollout/ep_rew_mean")
@@ -160,6 +160,51 @@ class TaskEvalCallback(EvalCallback):
                 **extra,
             )
         return keep_going
+
+
+class ProgressBar(ProgressBarCallback):
+    """SB3's progress bar (tqdm + rich), moved to the model's ``num_timesteps`` at each step, so it also
+    counts right for a grouped algorithm (whose steps do not make ``num_envs`` interactions each)."""
+
+    def _on_training_start(self) -> None:
+        super()._on_training_start()
+        self._start = self.model.num_timesteps
+
+    def _on_step(self) -> bool:
+        done = min(self.model.num_timesteps - self._start, self.pbar.total)
+        if done > self.pbar.n:
+            self.pbar.update(done - self.pbar.n)
+        return True
+
+
+class EveryNthDump(KVWriter, SeqWriter):
+    """An SB3 logger output that passes every ``n``-th dump to ``output`` (the stdout table; ``n = 0``:
+    none) and every text message; :meth:`flush_last` prints the last dump if it was skipped."""
+
+    def __init__(self, output: Any, n: int) -> None:
+        self.output, self.n = output, int(n)
+        self._dumps = 0
+        self._pending: tuple[dict[str, Any], dict[str, Any], int] | None = None
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        self._dumps += 1
+        if self.n > 0 and self._dumps % self.n == 0:
+            self.output.write(key_values, key_excluded, step)
+            self._pending = None
+        else:  # the logger clears its dicts after a dump: keep copies
+            self._pending = (dict(key_values), dict(key_excluded), step)
+
+    def flush_last(self) -> None:
+        """Print the last dump if it was skipped (so a run ends on its final values)."""
+        if self._pending is not None and self.n > 0:
+            self.output.write(*self._pending)
+        self._pending = None
+
+    def write_sequence(self, sequence: list[str]) -> None:
+        self.output.write_sequence(sequence)
+
+    def close(self) -> None:
+        self.output.close()
 
 
 class HParamCallback(BaseCallback):

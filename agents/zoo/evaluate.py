@@ -25,12 +25,17 @@ from typing import Any
 
 import numpy as np
 import yaml
+from stable_baselines3.common.utils import check_for_correct_spaces
 
+from agents.base import model_zip_path
 from agents.zoo import registry
 from agents.zoo.callbacks import episode_task_error
-from agents.zoo.envs import make_env
+from agents.zoo.envs import make_env, normalized
 from agents.zoo.hyperparams import ConfigError, evaluated
-from agents.zoo.train import StoreDict, resolve
+from agents.zoo.train import StoreDict, load_error, resolve
+
+#: The algorithm and env of ``python -m agents.evaluate`` without a run to take them from.
+DEFAULT_ALGO, DEFAULT_ENV = "tpo", "TPO/TokenReversal-v0"
 
 
 def evaluate(model: Any, env: Any, n_episodes: int = 100, deterministic: bool = False) -> dict[str, Any]:
@@ -113,13 +118,22 @@ def is_text_env(env_id: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     """Command line of ``python -m agents.evaluate`` (names as the RL Zoo's ``enjoy.py``)."""
     p = argparse.ArgumentParser(prog="python -m agents.evaluate", description=__doc__.split("\n")[0])
-    p.add_argument("--algo", type=str, default="tpo", help="algorithm the model was trained with")
-    p.add_argument("--env", type=str, default="TPO/TokenReversal-v0", help="env id or short name")
+    p.add_argument(
+        "--algo", type=str, default=None,
+        help=f"algorithm the model was trained with (default: the run's, else {DEFAULT_ALGO})",
+    )  # fmt: skip
+    p.add_argument(
+        "--env", type=str, default=None, help=f"env id or short name (default: the run's, else {DEFAULT_ENV})"
+    )
     p.add_argument(
         "-f", "--folder", "--log-folder", dest="folder", type=str, default="logs", help="log folder"
     )
     p.add_argument("--exp-id", type=int, default=0, help="run number (0: latest)")
-    p.add_argument("--model", type=str, default="", help="a model .zip (instead of the run folder)")
+    p.add_argument(
+        "--model", type=str, default="",
+        help="a model .zip (.zip may be left out) or a run folder, instead of -f/--exp-id; "
+        "a model in a run folder is evaluated on the run's env and env kwargs",
+    )  # fmt: skip
     which = p.add_mutually_exclusive_group()
     which.add_argument("--load-best", action="store_true", help="load best_model.zip")
     which.add_argument("--load-checkpoint", type=int, help="load rl_model_<N>_steps.zip")
@@ -142,10 +156,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def recorded_run(folder: str) -> tuple[str, dict[str, Any]] | None:
+    """``(<Env>, args.yml)`` of the zoo run in ``folder`` (``<Env>/args.yml``), or None if it is not one."""
+    if not os.path.isdir(folder):
+        return None
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name, "args.yml")
+        if os.path.isfile(path):
+            with open(path) as f:
+                return name, yaml.safe_load(f) or {}
+    return None
+
+
+def model_and_run(model: str) -> tuple[str, str | None]:
+    """The zip of ``--model`` and its run folder: a run folder gives its final ``<Env>.zip``; a zip inside
+    a run folder (final model, ``best_model.zip``, checkpoints) gives that folder; else ``None``."""
+    path = model_zip_path(model)
+    run = recorded_run(path)
+    if run is not None:
+        return os.path.join(path, f"{run[0]}.zip"), path
+    folder = os.path.dirname(os.path.abspath(path))
+    return path, folder if recorded_run(folder) is not None else None
+
+
 def find_model(args: argparse.Namespace, algo: str, env_name: str) -> tuple[str, str | None]:
-    """The model zip to load and its run folder (``None`` for a bare ``--model``)."""
+    """The model zip to load and its run folder (``None`` for a model outside a run folder)."""
     if args.model:
-        return args.model, None
+        path, run = model_and_run(args.model)
+        if not os.path.isfile(path):
+            raise ConfigError(f"No model at {path}")
+        return path, run
     from stable_baselines3.common.utils import get_latest_run_id
 
     log_path = os.path.join(args.folder, algo)
@@ -195,11 +235,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if args.num_threads > 0:
         torch.set_num_threads(args.num_threads)
+    run = model_and_run(args.model)[1] if args.model else None
+    recorded = (recorded_run(run) or ("", {}))[1] if run else {}
+    args.algo = args.algo or recorded.get("algo") or DEFAULT_ALGO  # a run's model: the run's algo and env
+    args.env = args.env or recorded.get("env") or DEFAULT_ENV
     algo, env_id, algo_class = resolve(args)
     env_name = registry.env_file_name(env_id)
     path, run = find_model(args, algo, env_name)
+    if recorded and recorded.get("env") != env_id:
+        print(f"Not using the env kwargs of {run}: it trained on {recorded.get('env')}, not {env_id}")
     env_kwargs = {**run_env_kwargs(run, env_name), **args.env_kwargs}
-    model = algo_class.load(path, device=args.device)
+    try:
+        model = algo_class.load(path, device=args.device)
+    except Exception as err:  # a corrupt zip, or one of another algorithm: one line, not a traceback
+        raise ConfigError(f"cannot load {path} as {algo}: {load_error(err)}") from err
     set_random_seed(args.seed)  # sampled actions repeat for one seed
     if is_text_env(env_id):
         result = {"model": path, "env_id": env_id, "env_kwargs": env_kwargs}
@@ -209,20 +258,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               + (f", pass@{args.pass_k} {result[f'pass@{args.pass_k}']:.4f}" if args.pass_k > 0 else ""))
         _write_json(args.json, result)
         return result
-    env = make_env(env_id, args.n_envs, args.seed, env_kwargs)
     try:
+        env = make_env(env_id, args.n_envs, args.seed, env_kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"cannot make {env_id} with env_kwargs {env_kwargs}: {err}") from err
+    stats = os.path.join(run, env_name, "vecnormalize.pkl") if run else ""
+    if os.path.isfile(stats):  # a run trained with `normalize` (SB3 algorithms): its frozen statistics
+        env = normalized(env, {}, stats, training=False)
+    try:
+        check_for_correct_spaces(env, model.observation_space, model.action_space)
         result = {"model": path, "env_id": env_id, "env_kwargs": env_kwargs}
         result.update(evaluate(model, env, args.n_episodes, args.deterministic))
+    except ValueError as err:
+        hint = "" if run else " (pass the env kwargs it was trained with: --env-kwargs key:value ...)"
+        raise ConfigError(f"{path} does not fit {env_id} with env_kwargs {env_kwargs}: {err}{hint}") from err
     finally:
         env.close()
-    mode = "greedy" if args.deterministic else "sampled"
-    error = result.get("task_error", float("nan"))
-    print(f"{env_id} | {path}\n{result['n_episodes']} episodes ({mode}): task error {error:.4f}")
-    print(f"mean reward {result['mean_reward']:.4f} +/- {result['std_reward']:.4f}")
-    if "success_rate" in result:
-        print(f"success rate {result['success_rate']:.4f}")
+    print(report(result, path))
     _write_json(args.json, result)
     return result
+
+
+def report(result: dict[str, Any], path: str) -> str:
+    """The printed summary: the task error where the env defines one (``TPO/`` envs), the mean reward,
+    the success rate where the env reports ``is_success``, and the mean episode length."""
+    mode = "greedy" if result["deterministic"] else "sampled"
+    reward = f"mean reward {result['mean_reward']:.4f} +/- {result['std_reward']:.4f}"
+    lines = [f"{result['env_id']} | {path}"]
+    if "task_error" in result:
+        lines += [f"{result['n_episodes']} episodes ({mode}): task error {result['task_error']:.4f}", reward]
+    else:
+        lines.append(f"{result['n_episodes']} episodes ({mode}): {reward}")
+    if "success_rate" in result:
+        lines.append(f"success rate {result['success_rate']:.4f}")
+    lines.append(f"mean episode length {result['mean_ep_length']:.1f}")
+    return "\n".join(lines)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m agents.evaluate``: :func:`main` with user errors as one ``error:`` line."""
+    try:
+        main(argv)
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
 
 
 def _write_json(path: str, result: dict[str, Any]) -> None:
@@ -232,7 +310,4 @@ def _write_json(path: str, result: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ConfigError as err:
-        sys.exit(f"error: {err}")
+    cli()

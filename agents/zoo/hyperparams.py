@@ -6,9 +6,13 @@ Sources, from lowest to highest precedence (order on the command line does not m
 2. a YAML file (``.yml``/``.yaml``) or a Python file with a ``hyperparams`` dict;
 3. ``key:value`` overrides (``learning_rate:1e-4 group_mode:token``).
 
-Each file contributes the entry of the env id, or its ``default`` entry (and says so). Dict-valued
-keys (``env_kwargs``, ``eval_env_kwargs``) merge key by key; every other key replaces. The explicit
-flags (``-n``, ``--env-kwargs``, ``--seed``, ...) sit above all of these and are applied by the zoo.
+Each file contributes the entry of the env id, or its ``default`` entry (and says so). The env kwargs
+of a ``default`` entry (``env_kwargs``, ``eval_env_kwargs``) were written for the envs that file is about:
+they apply only to an env whose constructor takes every one of their keys, and are dropped (with a
+note) for any other env, so that a ``default`` written for the token tasks leaves CartPole alone.
+Dict-valued keys (``env_kwargs``, ``eval_env_kwargs``) merge key by key; every other key replaces.
+The explicit flags (``-n``, ``--env-kwargs``, ``--seed``, ...) sit above all of these and are applied
+by the zoo.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from agents import checks
 
 #: Keys the zoo consumes itself; they never reach the algorithm's constructor.
 ZOO_KEYS = frozenset(
@@ -47,8 +53,12 @@ FLAG_KEYS = frozenset(
 )
 #: The zoo's env pipeline: SB3's algorithms get it; an algorithm that builds its own env cannot.
 ENV_PIPELINE_KEYS = ("n_envs", "normalize", "frame_stack", "env_wrapper", "vec_env_wrapper", "monitor_kwargs")
-#: Keys whose ``lin_<value>`` strings become a linear decay from ``value`` to 0.
-SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
+#: Keys whose ``lin_<value>`` strings become a linear decay from ``value`` to 0 (``delta_std``: ARS).
+SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf", "delta_std")
+#: Constructor keys given as Python strings in YAML (evaluated with ``nn``/``th`` in scope), as in the RL Zoo.
+EVALUATED_KEYS = ("policy_kwargs", "replay_buffer_kwargs")
+#: Constructor keys whose dotted-path strings (``package.module.Name``) are imported, as in the RL Zoo.
+IMPORTED_KEYS = ("policy", "replay_buffer_class")
 #: Dict-valued keys that merge key by key across sources.
 MERGED_KEYS = ("env_kwargs", "eval_env_kwargs")
 #: Where a run without ``--hyperparams``/``--conf-file`` looks for ``<algo>.yml``.
@@ -169,10 +179,31 @@ def load_hyperparams(sources: list[str], algo: str, env_id: str, verbose: int = 
     for path in [d / f"{algo}.yml" for d in dirs] + files:
         if not path.is_file():
             raise ConfigError(f"No hyperparameter file for algorithm {algo!r}: {path} does not exist")
-        entry = select_entry(read_config_file(path), env_id, path, algo, verbose)
+        data = read_config_file(path)
+        entry = select_entry(data, env_id, path, algo, verbose)
+        if env_id not in data:
+            drop_foreign_env_kwargs(entry, env_id, path, verbose)
         hyper.update(entry, str(path))
     hyper.update(overrides, "--hyperparams override")
     return hyper
+
+
+def drop_foreign_env_kwargs(entry: dict[str, Any], env_id: str, path: Path, verbose: int = 1) -> None:
+    """Remove a ``default`` entry's env kwargs that ``env_id`` does not take (all of them, with a note)."""
+    from agents.zoo.registry import env_kwarg_names
+
+    accepted = env_kwarg_names(env_id)
+    for key in MERGED_KEYS:
+        kwargs = evaluated(entry.get(key))
+        if accepted is None or not isinstance(kwargs, dict):
+            continue
+        foreign = sorted(set(kwargs) - accepted)
+        if foreign:
+            del entry[key]
+            if verbose:
+                print(
+                    f"Not using the 'default' {key} of {path} on {env_id}: it takes no {', '.join(foreign)}"
+                )
 
 
 def constructor_keys(algo_cls: type) -> set[str] | None:
@@ -223,6 +254,72 @@ def check_env_pipeline(hyper: Hyperparams, algo_cls: type, algo: str) -> None:
                 f"from its own natively batched env (batch_size x group_size sub-envs); "
                 f"{', '.join(ENV_PIPELINE_KEYS)} apply to SB3's algorithms only"
             )
+
+
+def _at_least(low: int) -> Any:
+    return lambda name, value: checks.check_integer(name, value, low)
+
+
+def _fraction(name: str, value: Any) -> Any:
+    return checks.check_number(name, value, 0.0, strict=False, high=1.0)
+
+
+def _optional_positive(name: str, value: Any) -> Any:
+    return value if value is None else checks.check_positive(name, value)
+
+
+def _entropy_coef(name: str, value: Any) -> Any:
+    if isinstance(value, str) and value.startswith("auto"):  # SAC-style learned coefficient
+        return value
+    return checks.check_nonnegative(name, value)
+
+
+#: Checks of the hyperparameters SB3's algorithms share (their constructors check few values, some
+#: only at the first update); the grouped algorithms check theirs in their constructors.
+SB3_VALUE_CHECKS: dict[str, Any] = {
+    "learning_rate": checks.check_schedulable,
+    "clip_range": checks.check_schedulable,
+    "n_steps": _at_least(1),
+    "batch_size": _at_least(1),
+    "n_epochs": _at_least(1),
+    "n_envs": _at_least(1),
+    "buffer_size": _at_least(1),
+    "learning_starts": _at_least(0),
+    "gamma": _fraction,
+    "gae_lambda": _fraction,
+    "tau": _fraction,
+    "vf_coef": checks.check_nonnegative,
+    "max_grad_norm": checks.check_positive,
+    "target_kl": _optional_positive,
+    "ent_coef": _entropy_coef,
+}
+
+
+def value_error(err: checks.HyperparameterError, origins: dict[str, str]) -> ConfigError:
+    """``err`` as a one-line :class:`ConfigError` that also names the value's source:
+    ``eta=-1 (in --hyperparams override): must be a number > 0``."""
+    origin = origins.get(err.name)
+    where = f" (in {origin})" if origin else ""
+    return ConfigError(f"{err.name}={err.value!r}{where}: must be {err.allowed}")
+
+
+def check_values(hyper: Hyperparams, algo_cls: type) -> None:
+    """Check the types and ranges of the values before anything is built: ``n_timesteps`` and ``n_envs``
+    for every algorithm, :data:`SB3_VALUE_CHECKS` for an SB3 algorithm (a grouped algorithm, which owns
+    its env, checks its own in its constructor), and ``lin_<v>`` schedules (v a number > 0)."""
+    own = bool(getattr(algo_cls, "owns_env", False))
+    try:
+        for key, value in hyper.values.items():
+            if key in SCHEDULE_KEYS and isinstance(value, str) and value.startswith("lin_"):
+                start = as_number(value.split("_", 1)[1])
+                if not checks.is_number(start) or start <= 0:
+                    raise checks.HyperparameterError(key, value, "a number > 0 or lin_<a number > 0>")
+            elif key == "n_timesteps":
+                checks.check_positive(key, as_number(value))
+            elif key in SB3_VALUE_CHECKS and not own:
+                SB3_VALUE_CHECKS[key](key, as_number(value))
+    except checks.HyperparameterError as err:
+        raise value_error(err, hyper.origins) from err
 
 
 def as_number(value: Any) -> Any:
@@ -282,13 +379,20 @@ def linear_schedule(text: str) -> Any:
 
 
 def algo_kwargs(values: dict[str, Any]) -> dict[str, Any]:
-    """The constructor keyword arguments: the non-zoo keys, with schedules and ``policy_kwargs`` built."""
+    """The constructor keyword arguments: the non-zoo keys, with schedules, ``policy_kwargs`` and the
+    RL Zoo's other conversions (dotted ``policy`` paths imported, a ``train_freq`` list as a tuple)."""
     kwargs = {key: as_number(value) for key, value in values.items() if key not in ZOO_KEYS}
     for key in SCHEDULE_KEYS:
         if isinstance(kwargs.get(key), str) and kwargs[key].startswith("lin_"):
             kwargs[key] = linear_schedule(kwargs[key])
-    if "policy_kwargs" in kwargs:
-        kwargs["policy_kwargs"] = evaluated(kwargs["policy_kwargs"])
+    for key in EVALUATED_KEYS:
+        if key in kwargs:
+            kwargs[key] = evaluated(kwargs[key])
+    for key in IMPORTED_KEYS:
+        if isinstance(kwargs.get(key), str) and "." in kwargs[key]:
+            kwargs[key] = import_object(kwargs[key])
+    if isinstance(kwargs.get("train_freq"), list):
+        kwargs["train_freq"] = tuple(kwargs["train_freq"])
     return kwargs
 
 

@@ -1,9 +1,12 @@
 """Name -> algorithm class, as the zoo's ``ALGOS`` dict, and short env name -> registered env id.
 
 Entries are ``"module:Class"`` strings imported on first use, so that listing the names
-(e.g. for an error message) imports nothing heavy. ``sb3_ppo`` is Stable-Baselines3's own
-actor-critic PPO, kept for comparison with the paper's critic-free PPO (``ppo``); ``ce`` is the
-supervised cross-entropy oracle of the bandit and MNIST figures.
+(e.g. for an error message) imports nothing heavy. ``ce`` is the supervised cross-entropy oracle of
+the bandit and MNIST figures.
+
+Stable-Baselines3 and sb3-contrib algorithms (:data:`EXTERNAL_ALGOS`) carry the RL Zoo's names, except
+that SB3's actor-critic PPO is ``sb3_ppo``: ``ppo`` is the paper's critic-free PPO. They train on any
+Gymnasium env whose spaces they accept; the grouped algorithms need the ``TPO/`` envs.
 
 The paper's ablations are names of their own (``tpo_no_anchor``, ``grpo_no_kl``, ...): the class of
 their parent algorithm plus the keyword arguments in :data:`ABLATIONS` that define them, so a YAML
@@ -30,6 +33,12 @@ ALGOS: dict[str, str] = {
     "grpo_no_kl": "agents.grpo:GRPO",
     "grpo_masked": "agents.grpo:GRPO",
     "sb3_ppo": "stable_baselines3:PPO",
+    "a2c": "stable_baselines3:A2C",
+    "dqn": "stable_baselines3:DQN",
+    "qrdqn": "sb3_contrib:QRDQN",
+    "trpo": "sb3_contrib:TRPO",
+    "ars": "sb3_contrib:ARS",
+    "ppo_lstm": "sb3_contrib:RecurrentPPO",
 }
 
 #: Keyword arguments that define an ablation (always applied; a source that contradicts them is an error).
@@ -40,8 +49,9 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "grpo_masked": {"mask_zero_variance": True},
 }
 
-#: Algorithms that do not log the paper's metrics (``rollout/task_error``) themselves.
-EXTERNAL_ALGOS: frozenset[str] = frozenset({"sb3_ppo"})
+#: Stable-Baselines3 / sb3-contrib algorithms: the zoo builds their env pipeline, and they do not log
+#: the paper's metrics (``rollout/task_error``) themselves.
+EXTERNAL_ALGOS: frozenset[str] = frozenset({"sb3_ppo", "a2c", "dqn", "qrdqn", "trpo", "ars", "ppo_lstm"})
 
 #: Namespace of the project's environments; short names resolve into it first.
 ENV_NAMESPACE = "TPO"
@@ -126,3 +136,29 @@ def resolve_env_id(name: str) -> str:
 def env_file_name(env_id: str) -> str:
     """The env id as a folder or file name, as the zoo writes it: ``/`` becomes ``-``."""
     return env_id.replace("/", "-")
+
+
+#: Keyword arguments ``gymnasium.make`` takes for any env (besides the env constructor's own).
+MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker", "autoreset", "render_mode"})
+
+
+def env_kwarg_names(env_id: str) -> frozenset[str] | None:
+    """The keyword arguments ``gymnasium.make(env_id, ...)`` accepts; ``None`` when any may be (``**kwargs``).
+
+    Read from the signature of the registered entry point (a class's ``__init__`` or a function);
+    an id that is not registered, or an entry point that cannot be inspected, gives ``None``.
+    """
+    import inspect
+
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    try:
+        entry_point = gym.spec(env_id).entry_point
+        creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+        params = inspect.signature(creator).parameters.values()
+    except (gym.error.Error, ImportError, AttributeError, TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return MAKE_KWARGS | {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

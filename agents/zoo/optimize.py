@@ -415,7 +415,7 @@ class Objective:
 
         from agents.zoo import sb3_algos
         from agents.zoo.envs import make_env, normalize_kwargs, normalized
-        from agents.zoo.train import build_envs, build_model, env_options
+        from agents.zoo.train import build_envs, build_model, close_run, env_options
 
         sampled = self.sampler(trial, self.context)
         trial.set_user_attr("hyperparams", sampled)
@@ -455,13 +455,7 @@ class Objective:
             trial.set_user_attr("error", _one_line(err))
             raise optuna.TrialPruned(_one_line(err)) from err
         finally:
-            if model is not None and getattr(model, "_logger", None) is not None:
-                model.logger.close()
-            for venv in (env, eval_env, getattr(model, "env", None)):
-                if venv is not None:
-                    venv.close()
-            if workers is not None and not workers.closed:
-                workers.close()
+            close_run(model, env, eval_env, workers)
         trial.set_user_attr("mean_reward", float(evaluation.last_mean_reward))
         if evaluation.last_task_error is not None:
             trial.set_user_attr("task_error", evaluation.last_task_error)

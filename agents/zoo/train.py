@@ -506,6 +506,17 @@ def announce(setup: RunSetup) -> None:
             print(f"TensorBoard: tensorboard --logdir {shlex.quote(setup.args.tensorboard_log)}")
 
 
+
+def close_run(model: Any, env: Any, eval_env: Any, workers: Any) -> None:
+    """Close what a run opened: the model's logger (TensorBoard files), its envs and ARS's workers."""
+    if model is not None and getattr(model, "_logger", None) is not None:
+        model.logger.close()
+    for venv in (env, eval_env, getattr(model, "env", None)):
+        if venv is not None:
+            venv.close()
+    if workers is not None and not workers.closed:
+        workers.close()
+
 def train(argv: list[str] | None = None) -> TrainResult | optimize.OptimizeResult:
     """Run the zoo with command-line arguments ``argv`` (``sys.argv[1:]`` when ``None``).
 
@@ -560,13 +571,7 @@ def train(argv: list[str] | None = None) -> TrainResult | optimize.OptimizeResul
         if model.get_vec_normalize_env() is not None:
             model.get_vec_normalize_env().save(os.path.join(params_path, "vecnormalize.pkl"))
     finally:
-        if model is not None and getattr(model, "_logger", None) is not None:
-            model.logger.close()
-        for venv in (env, eval_env, getattr(model, "env", None)):
-            if venv is not None:
-                venv.close()
-        if workers is not None and not workers.closed:
-            workers.close()
+        close_run(model, env, eval_env, workers)
     return TrainResult(
         model,
         setup.save_path,

@@ -227,7 +227,7 @@ def test_text_env_reward_and_dataset(tiny_llm_dir):
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
     data = tpo_trl.text_env_dataset("TPO/ReasoningGym-v0", tokenizer, "Be brief.", "<answer>", **env_kwargs)
-    task = tpo_trl._task("TPO/ReasoningGym-v0", env_kwargs)
+    task = tpo_trl.text_env_task("TPO/ReasoningGym-v0", env_kwargs)
     assert len(data) == 6 and data["context"] == list(range(6))
     assert data[2]["prompt"] == format_prompt(tokenizer, task.prompt(2), "Be brief.", "<answer>")
     chat = tpo_trl.text_env_dataset(task, system_prompt="Be brief.")

@@ -51,6 +51,7 @@ __all__ = [
     "shuffle_groups",
     "target_po_loss",
     "text_env_dataset",
+    "text_env_task",
     "text_env_reward",
 ]
 
@@ -123,8 +124,8 @@ def target_po_loss(
     ``[N, T]``; ``scores`` is ``[N]``. With L = ``sequence_logscores`` (sum or mean over ``mask``),
     q = ``tpo_target(L_old, s, eta)`` and the loss ``tpo_loss(L_theta, q)``, plus
     ``beta * k3_kl(log pi_ref - log pi_theta)`` over the masked tokens when ``beta > 0``.
-    Returns ``(loss, stats)`` with the effective group size exp(H(p_old)), the log-score spread and
-    mean |p_theta - q|.
+    Returns ``(loss, stats)`` with the effective group size exp(H(p_old)), the log-score spread,
+    mean |p_theta - q| and, with ``beta > 0``, the k3 KL (``kl``).
     """
     n = per_token_logps.shape[0]
     if n % group_size or scores.shape != (n,):
@@ -140,12 +141,15 @@ def target_po_loss(
     if beta:
         if ref_per_token_logps is None:
             raise ValueError(f"beta={beta!r} needs ref_per_token_logps")
-        loss = loss + beta * losses.k3_kl(ref_per_token_logps - per_token_logps, mask)
+        kl = losses.k3_kl(ref_per_token_logps - per_token_logps, mask)
+        loss = loss + beta * kl
     stats = {
         "effective_group_size": losses.effective_group_size(old),
         "logscore_spread": losses.logscore_spread(old),
         "mean_abs_p_minus_q": losses.target_gap(logscores.detach(), target),
     }
+    if beta:
+        stats["kl"] = kl.detach()
     return loss, stats
 
 
@@ -256,10 +260,8 @@ class TargetPOTrainer(GRPOTrainer):
         )
         mode = "train" if self.model.training else "eval"
         for name, value in stats.items():
-            self._metrics[mode][f"tpo/{name}"].append(self.accelerator.gather(value.detach()).mean().item())
-        if self.beta:
-            kl = losses.k3_kl(inputs["ref_per_token_logps"] - per_token_logps.detach(), mask)
-            self._metrics[mode]["kl"].append(self.accelerator.gather(kl).mean().item())
+            metric = name if name == "kl" else f"tpo/{name}"  # TRL's own name for the KL
+            self._metrics[mode][metric].append(self.accelerator.gather(value.detach()).mean().item())
         return loss / self.current_gradient_accumulation_steps if mode == "train" else loss
 
 
@@ -275,7 +277,8 @@ def _check_whole_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, k: 
 # ------------------------------------------------------------------------------------------------ data
 
 
-def _task(env: str | ReasoningGymTask, env_kwargs: dict[str, Any]) -> ReasoningGymTask:
+def text_env_task(env: str | ReasoningGymTask, env_kwargs: dict[str, Any]) -> ReasoningGymTask:
+    """The :class:`ReasoningGymTask` of a text env id made with ``env_kwargs`` (or ``env`` itself)."""
     if isinstance(env, ReasoningGymTask):
         if env_kwargs:
             raise ValueError("pass env kwargs only with an env id, not with a ReasoningGymTask")
@@ -304,7 +307,7 @@ def text_env_dataset(
     """
     from datasets import Dataset
 
-    task = _task(env, env_kwargs)
+    task = text_env_task(env, env_kwargs)
     if prefill and tokenizer is None:
         raise ValueError(f"prefill={prefill!r} needs the tokenizer (the prompt is then formatted text)")
     prompts = [task.prompt(i) for i in range(task.num_items)]
@@ -325,7 +328,7 @@ def text_env_reward(
     ``context``; the score of a completion is ``score_completion`` of ``prefill + completion``. Its
     ``__name__`` (TRL's metric name) is ``"<dataset>_<reward>"``.
     """
-    task = _task(env, env_kwargs)
+    task = text_env_task(env, env_kwargs)
 
     def reward(completions: Sequence[Any], context: Sequence[int], **_: Any) -> list[float]:
         texts = [prefill + (c[-1]["content"] if isinstance(c, list) else c) for c in completions]

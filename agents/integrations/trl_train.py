@@ -21,12 +21,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
-
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-from agents.integrations.trl import TargetPOConfig, TargetPOTrainer, text_env_dataset, text_env_reward
+from agents.integrations.trl import (
+    TargetPOConfig,
+    TargetPOTrainer,
+    text_env_dataset,
+    text_env_reward,
+    text_env_task,
+)
 from agents.policies.llm import load_causal_lm, resolve_dtype
-from tpo_gym.envs.text import TextEnv
 
 
 @dataclass
@@ -54,9 +57,7 @@ def build_trainer(text_args: TextEnvArguments, config: TargetPOConfig) -> Target
         raise ValueError(f"env_kwargs={text_args.env_kwargs!r} is not JSON: {err.msg}") from err
     if not isinstance(env_kwargs, dict):
         raise ValueError(f"env_kwargs={text_args.env_kwargs!r} must be a JSON object")
-    env = gym.make(text_args.env_id, **env_kwargs).unwrapped
-    if not isinstance(env, TextEnv):
-        raise ValueError(f"env_id={text_args.env_id!r} is not a text env; use one of tpo_gym.TEXT_ENV_IDS")
+    task = text_env_task(text_args.env_id, env_kwargs)
     if text_args.lora_rank < 0:
         raise ValueError(f"lora_rank={text_args.lora_rank}: must be >= 0")
     model, tokenizer = load_causal_lm(text_args.model, resolve_dtype(text_args.dtype))
@@ -71,9 +72,9 @@ def build_trainer(text_args: TextEnvArguments, config: TargetPOConfig) -> Target
         )  # fmt: skip
     return TargetPOTrainer(
         model=model,
-        reward_funcs=text_env_reward(env.task, prefill=text_args.prefill),
+        reward_funcs=text_env_reward(task, prefill=text_args.prefill),
         args=config,
-        train_dataset=text_env_dataset(env.task, tokenizer, text_args.system_prompt, text_args.prefill),
+        train_dataset=text_env_dataset(task, tokenizer, text_args.system_prompt, text_args.prefill),
         processing_class=tokenizer,
         peft_config=peft_config,
     )

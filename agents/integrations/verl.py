@@ -63,7 +63,6 @@ Command line::
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib.util
 import json
 import math
@@ -789,15 +788,15 @@ def export_dataset(
 
 
 def _parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """``key:value`` items, each value read as the zoo reads ``--env-kwargs`` (Python, else a string)."""
+    from agents.zoo.hyperparams import parse_value
+
     kwargs: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition(":")
         if not sep or not key:
             raise ValueError(f"--env-kwargs expects key:value pairs, got {item!r}")
-        try:
-            kwargs[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            kwargs[key] = value
+        kwargs[key] = parse_value(value)
     return kwargs
 
 

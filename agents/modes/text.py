@@ -36,9 +36,8 @@ class TextBatch:
     logscore: str  # "sum" | "mean"
     group_size: int
     rows_per_part: int
+    old_ready: th.Tensor  # [B*K] bool: rows whose old_token_log_probs are filled
     reference: dict[int, th.Tensor] = field(default_factory=dict)  # first row of a part -> [R, T]
-
-    old_ready: th.Tensor | None = None  # [B*K] bool: rows whose old_token_log_probs are filled
 
     @property
     def mask(self) -> th.Tensor:
@@ -131,8 +130,8 @@ class TextMode(CollectionMode):
             logscore=policy.logscore,
             group_size=k,
             rows_per_part=max(k, policy.micro_batch_size // k * k),
+            old_ready=th.zeros(scores.numel(), dtype=th.bool),
         )
-        batch.old_ready = th.zeros(scores.numel(), dtype=th.bool)
         return batch
 
     def parts(self, batch: TextBatch) -> Iterator[tuple[TextPart, float]]:
@@ -145,7 +144,7 @@ class TextMode(CollectionMode):
         """Token log-probs of the part's completions, with gradient; the first call stores them as pi_old."""
         token_log_probs = policy.token_log_probs(part.batch.completions, part.rows)
         batch = part.batch
-        if batch.old_ready is not None and not batch.old_ready[part.rows].all():
+        if not batch.old_ready[part.rows].all():
             batch.old_token_log_probs = batch.old_token_log_probs.to(token_log_probs.device)
             batch.old_token_log_probs[part.rows] = token_log_probs.detach()
             batch.old_ready[part.rows] = True

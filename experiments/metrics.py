@@ -5,6 +5,8 @@
   label) at which the **seed-mean** curve is below the threshold, unsmoothed; ``None`` ("never") if it
   never is.
 * ``final``: the seed mean of the **last single point** (no window average; Tables 3, 5).
+* ``bootstrap_final``, ``bootstrap_steps``: percentile-bootstrap intervals over seeds of both (not in the
+  paper); ``outside``: whether a paper value lies outside such an interval.
 * ``mechanism``: the MNIST "surplus" of an update direction over its scalar one-vs-rest surrogate
   (Fig. 5b, App. C).
 
@@ -22,6 +24,8 @@ LAMBDA_TPO = math.exp(10.0 / 3.0)
 
 CONCENTRATION_EDGES = (0.0, 0.25, 0.5, 0.75, 1.01)
 """Bins of the wrong-class concentration c of a misclassified image (Fig. 5b)."""
+BOOTSTRAP_SEED = 0
+"""The default generator seed of the bootstrap intervals, so that a report is reproducible."""
 
 
 def seed_mean_se(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -47,6 +51,60 @@ def final(curves: np.ndarray) -> tuple[float, float]:
     """(seed mean, s.e.) of the last point of ``curves`` [n_seeds, n_points]."""
     mean, se = seed_mean_se(np.asarray(curves)[:, -1])
     return float(mean), float(se)
+
+
+def _resampled_means(curves: np.ndarray, n_boot: int, rng: np.random.Generator | None) -> np.ndarray:
+    """Seed means of ``n_boot`` resamples of the seed rows of ``curves`` [n_seeds, ...], with replacement.
+
+    index [n_boot, n_seeds] ~ Uniform{0..n_seeds-1}; resample b's mean is sum_s count_bs curves_s / n_seeds,
+    with count_bs = #{j: index_bj = s}, so all means are one matrix product ([n_boot, ...]).
+    """
+    curves = np.asarray(curves, dtype=np.float64)
+    n = len(curves)
+    rng = np.random.default_rng(BOOTSTRAP_SEED) if rng is None else rng
+    index = rng.integers(n, size=(n_boot, n))
+    counts = np.bincount((index + n * np.arange(n_boot)[:, None]).ravel(), minlength=n_boot * n)
+    return np.tensordot(counts.reshape(n_boot, n), curves, axes=1) / n
+
+
+def _percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    """The (1 - level)/2 and (1 + level)/2 empirical quantiles (inverted CDF: always a sampled value,
+    so +inf is allowed)."""
+    tail = 50.0 * (1.0 - level)
+    low, high = np.percentile(values, [tail, 100.0 - tail], method="inverted_cdf")
+    return float(low), float(high)
+
+
+def bootstrap_final(curves: np.ndarray, n_boot: int = 2000, level: float = 0.95,
+                    rng: np.random.Generator | None = None) -> tuple[float, float]:
+    """Percentile-bootstrap ``level`` interval of ``final``'s seed mean over seeds.
+
+    For resamples b = 1..n_boot of the seed rows with replacement, m_b = mean_j curves[i_bj, -1];
+    the interval is the ((1 - level)/2, (1 + level)/2) quantiles of {m_b}. One seed: (value, value).
+    """
+    return _percentile_interval(_resampled_means(np.asarray(curves)[:, -1], n_boot, rng), level)
+
+
+def bootstrap_steps(curves: np.ndarray, threshold: float, x: np.ndarray | None = None, n_boot: int = 2000,
+                    level: float = 0.95, rng: np.random.Generator | None = None) -> tuple[float, float]:
+    """Percentile-bootstrap ``level`` interval of ``steps_to`` over seeds (+inf = never reached).
+
+    For resamples b of the seed rows with replacement, s_b = min{x_t : mean_j curves[i_bj, t] < threshold}
+    (+inf if empty); the interval is the ((1 - level)/2, (1 + level)/2) quantiles of {s_b}, so the high
+    end is inf when more than (1 - level)/2 of the resamples never reach the threshold.
+    """
+    below = _resampled_means(curves, n_boot, rng) < threshold  # [n_boot, n_points]
+    x = np.arange(below.shape[1], dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
+    steps = np.where(below.any(1), x[below.argmax(1)], np.inf)
+    return _percentile_interval(steps, level)
+
+
+def outside(value: float | None, interval: tuple[float, float]) -> bool:
+    """Whether ``value`` is a number outside [low, high] (None or NaN: False; inf stands for never)."""
+    if value is None or math.isnan(value):
+        return False
+    low, high = interval
+    return not low <= value <= high
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

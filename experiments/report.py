@@ -2,8 +2,9 @@
 the paper's figure (seed mean +- s.e., log-scale error) as a PNG and its table, ours beside the paper's.
 
 "Final" is the seed mean of the last single point and "steps to X%" the first x at which the seed-mean
-curve is below X% (Tables 1-3, 5; ``experiments.metrics``). The table is printed as Markdown and saved
-with the figure as ``<figures>/<experiment>[_smoke].{png,json}``.
+curve is below X% (Tables 1-3, 5; ``experiments.metrics``), each with its percentile-bootstrap 95%
+interval over seeds in brackets; a † marks a paper value outside that interval. The table is printed as
+Markdown and saved with the figure as ``<figures>/<experiment>[_smoke].{png,json}``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import numpy as np
 
 from experiments.core import Experiment, load_seed
 from experiments.definitions import EXPERIMENTS, get_experiment
-from experiments.metrics import final, seed_mean_se, steps_to
+from experiments.metrics import bootstrap_final, bootstrap_steps, final, outside, seed_mean_se, steps_to
 from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
 
 MNIST_CHECKPOINT = 2000
 """Fig. 5b's "step-2,000 checkpoint" (Sec. 3.3): the evaluation labelled 2,000, taken after 2,200 steps."""
 MECHANISM_ORDER = ("pg", "group_pg", "grpo", "dg", "tpo")
+DAGGER_LEGEND = "† the paper's value lies outside our bootstrap 95% interval over seeds"
 
 
 @dataclass
@@ -112,8 +114,28 @@ def fmt_steps(value: Any) -> str:
     return value if isinstance(value, str) else f"{int(value)}"
 
 
+def fmt_interval(interval: list[Any], percent: bool) -> str:
+    """A bootstrap interval of a final error: ``[2.80, 3.02]`` (percent) or ``[4.9e-05, 5.4e-05]``."""
+    if percent:
+        return "[" + ", ".join(f"{100 * v:.2f}" for v in interval) + "]"
+    return "[" + ", ".join(f"{v:.1e}" for v in interval) + "]"
+
+
+def _steps_value(step: float) -> int | str:
+    """A steps-to-X value as rows hold it: an integer, or ``NEVER`` for +inf."""
+    return NEVER if math.isinf(step) else int(step)
+
+
+def _paper_number(value: Any) -> float | None:
+    """A paper value as a number for the † flag: ``NEVER`` is inf, other text (``>95%``) None."""
+    if isinstance(value, str):
+        return math.inf if value == NEVER else None
+    return value
+
+
 def summarize(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[dict[str, Any]]:
-    """One row per (variant, algorithm): ours (final, s.e., steps to X) and the paper's numbers."""
+    """One row per (variant, algorithm): ours (final, s.e., steps to X, bootstrap 95% intervals over
+    seeds) and the paper's numbers, with ``*_outside`` flags where the paper's lies outside ours."""
     rows = []
     for variant, algo in _ordered(experiment, runs):
         r = runs[variant][algo]
@@ -123,9 +145,16 @@ def summarize(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[
                "updates": int(r.meta[0]["spec"]["n_updates"]), "final": mean, "final_se": se,
                "wall_s_per_seed": float(np.mean([m["wall_s"] for m in r.meta])),
                "shared_from": r.shared_from, "paper": paper_cell(experiment.name, variant, algo)}
+        final_ci = bootstrap_final(curves)
+        row["final_ci"] = list(final_ci)
+        row["final_outside"] = outside(_paper_number(row["paper"].get("final")), final_ci)
         if experiment.threshold is not None:
-            step = steps_to(curves, experiment.threshold, r.x(experiment.metric))
+            x = r.x(experiment.metric)
+            step = steps_to(curves, experiment.threshold, x)
+            steps_ci = bootstrap_steps(curves, experiment.threshold, x)
             row["steps"] = NEVER if step is None else int(step)
+            row["steps_ci"] = [_steps_value(v) for v in steps_ci]
+            row["steps_outside"] = outside(_paper_number(row["paper"].get("steps")), steps_ci)
         if "update/misalignment" in r.arrays:
             row["misalignment"], row["misalignment_se"] = final(r.arrays["update/misalignment"])
         rows.append(row)
@@ -148,17 +177,33 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
         paper = row["paper"]
         method = row["label"] + (" (= prompt-matched run)" if row["shared_from"] else "")
         cells = [row["variant"], method, str(row["seeds"]), str(row["updates"]),
-                 f"{fmt(row['final'], percent)} ± {fmt(row['final_se'], percent)}",
-                 fmt(paper.get("final"), percent), fmt(paper.get("ref_final"), percent)]
+                 f"{fmt(row['final'], percent)} ± {fmt(row['final_se'], percent)} "
+                 + fmt_interval(row["final_ci"], percent),
+                 fmt(paper.get("final"), percent) + _dagger(row["final_outside"]),
+                 fmt(paper.get("ref_final"), percent)]
         if experiment.threshold is not None:
-            cells += [fmt_steps(row["steps"]), fmt_steps(paper.get("steps")),
+            cells += [_steps_cell(row["steps"], row["steps_ci"]),
+                      fmt_steps(paper.get("steps")) + _dagger(row["steps_outside"]),
                       fmt_steps(paper.get("ref_steps"))]
         if tabular:
             cells += [f"{row['misalignment']:.2e} ± {row['misalignment_se']:.1e}",
                       fmt(paper.get("ref_misalignment"), False)]
         cells.append(f"{row['wall_s_per_seed']:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
+    if any(row["final_outside"] or row.get("steps_outside") for row in rows):
+        lines += ["", DAGGER_LEGEND]
     return "\n".join(lines)
+
+
+def _dagger(flag: bool) -> str:
+    return " †" if flag else ""
+
+
+def _steps_cell(step: int | str, interval: list[int | str]) -> str:
+    """``61 [55, 70]``, ``61 [55, never]``; just ``never`` when every resample never reaches X."""
+    if interval == [NEVER, NEVER]:
+        return fmt_steps(step)
+    return f"{fmt_steps(step)} [{fmt_steps(interval[0])}, {fmt_steps(interval[1])}]"
 
 
 def mnist_mechanism(runs: dict[str, dict[str, Runs]], checkpoint: int = MNIST_CHECKPOINT

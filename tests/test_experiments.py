@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -16,9 +17,17 @@ from agents.zoo.hyperparams import ZOO_KEYS, load_hyperparams
 from experiments import runner, zoo
 from experiments.core import load_seed, seed_path
 from experiments.definitions import EXPERIMENTS, get_experiment
-from experiments.metrics import final, mechanism, seed_mean_se, steps_to
+from experiments.metrics import (
+    bootstrap_final,
+    bootstrap_steps,
+    final,
+    mechanism,
+    outside,
+    seed_mean_se,
+    steps_to,
+)
 from experiments.recorders import CurveRecorder, MNISTRecorder, TabularMultiRecorder, TabularSingleRecorder
-from experiments.report import load_runs, markdown_table, report, summarize
+from experiments.report import DAGGER_LEGEND, Runs, load_runs, markdown_table, report, summarize
 from experiments.runner import Task, build_model, plan, run_task, run_tasks
 
 th.set_num_threads(1)
@@ -42,6 +51,60 @@ def test_final_is_seed_mean_of_last_point_with_population_se():
     assert se == pytest.approx(np.std([0.011, 0.009, 0.013]) / math.sqrt(3))
     m, s = seed_mean_se(curves)
     assert m[1] == pytest.approx(0.2) and s[0] == 0.0
+
+
+def test_bootstrap_of_identical_seeds_or_one_seed_is_the_point_estimate():
+    curves = np.array([[0.5, 0.25, 0.125]] * 3)
+    assert bootstrap_final(curves) == (0.125, 0.125) == (final(curves)[0],) * 2
+    assert bootstrap_steps(curves, 0.3) == (1.0, 1.0)
+    assert bootstrap_steps(curves, 0.3, x=np.array([0, 200, 400])) == (200.0, 200.0)
+    assert bootstrap_final(np.array([[0.9, 0.3]])) == (0.3, 0.3)
+
+
+def test_bootstrap_steps_counts_a_resample_that_never_reaches_the_threshold_as_infinity():
+    curves = np.array([[1.0, 0.5, 0.0], [1.0, 1.0, 1.0]])  # seed mean 1, 0.75, 0.5: steps to 0.6 = 2
+    # resamples {0, 0}: 1 (p = 1/4); {0, 1}: 2 (p = 1/2); {1, 1}: never (p = 1/4)
+    assert steps_to(curves, 0.6) == 2
+    assert bootstrap_steps(curves, 0.6) == (1.0, math.inf)
+    assert bootstrap_steps(curves, 0.0) == (math.inf, math.inf)
+
+
+def test_bootstrap_final_interval_contains_the_point_estimate_and_is_reproducible():
+    curves = np.array([[0.5, 0.01], [0.5, 0.02], [0.5, 0.03], [0.5, 0.04]])
+    low, high = bootstrap_final(curves)
+    assert 0.01 <= low < final(curves)[0] < high <= 0.04
+    assert bootstrap_final(curves) == (low, high)  # fixed default seed
+    assert bootstrap_final(curves, level=0.5) != (low, high)
+    wide = bootstrap_final(curves, rng=np.random.default_rng(1))
+    assert wide[0] < final(curves)[0] < wide[1]
+
+
+def test_outside_flags_only_a_number_beyond_the_interval():
+    assert outside(0.5, (0.1, 0.4)) and outside(0.05, (0.1, 0.4))
+    assert not outside(0.4, (0.1, 0.4)) and not outside(0.2, (0.1, 0.4))
+    assert not outside(None, (0.1, 0.4)) and not outside(math.nan, (0.1, 0.4))
+    assert outside(math.inf, (55.0, 70.0)) and not outside(math.inf, (55.0, math.inf))  # paper "never"
+
+
+def _eta1_runs(drop: int) -> dict[str, dict[str, Runs]]:
+    """eta_sweep's (eta1, tpo) cell, paper final 0.7% and steps to 1% 96: 3 seeds dropping at ``drop``."""
+    curves = np.array([[0.02] * drop + [final] * (120 - drop) for final in (0.006, 0.007, 0.008)])
+    meta = [{"spec": {"algo": "tpo", "kwargs": {}, "n_updates": 120}, "wall_s": 1.0}] * 3
+    return {"eta1": {"tpo": Runs([0, 1, 2], {"update/error": curves}, meta)}}
+
+
+def test_table_shows_bootstrap_intervals_and_daggers_paper_values_outside_them():
+    experiment = get_experiment("eta_sweep")
+    inside = summarize(experiment, _eta1_runs(96))
+    assert inside[0]["final_ci"] == pytest.approx([0.006, 0.008]) and inside[0]["steps_ci"] == [96, 96]
+    table = markdown_table(experiment, inside)
+    assert "| 0.70% ± 0.05% [0.60, 0.80] | 0.70% |" in table and "| 96 [96, 96] | 96 |" in table
+    assert "†" not in table
+    late = summarize(experiment, _eta1_runs(100))
+    assert late[0]["steps_outside"] and not late[0]["final_outside"]
+    table = markdown_table(experiment, late)
+    assert "| 100 [100, 100] | 96 † |" in table and table.endswith("\n\n" + DAGGER_LEGEND)
+    json.dumps(late, allow_nan=False)  # the summary JSON stays strict JSON
 
 
 def misalignment(g1, g2) -> float:

@@ -24,7 +24,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import ResultsWriter
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import MaybeCallback
-from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces, safe_mean
+from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces, safe_mean, set_random_seed
 from stable_baselines3.common.vec_env import VecEnv
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
@@ -89,6 +89,12 @@ class GroupAlgorithm(BaseAlgorithm):
     :param mode_kwargs: extra settings of the collection mode (text mode: ``sample_every``).
     :param env_kwargs: keyword arguments of the env when ``env`` is an id.
     :param monitor_dir: write one ``monitor.csv`` row per collected episode into this folder.
+    :param n_seeds: S independent learners trained together, one per seed ``seed, seed + 1, ...,
+        seed + S - 1`` (a population: parameters stacked on a leading axis, one forward per step for
+        all members, each member with its own optimizer state, env context stream and sampling
+        generator, and its own gradient: member m learns exactly as a run with seed ``seed + m``).
+        Tabular and MLP policies; ``rollout/`` and ``train/`` values are the members' means and
+        :attr:`member_rollout` holds the per-member ``rollout/`` values of the last batch.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -120,6 +126,7 @@ class GroupAlgorithm(BaseAlgorithm):
         mode_kwargs: dict[str, Any] | None = None,
         env_kwargs: dict[str, Any] | None = None,
         monitor_dir: str | None = None,
+        n_seeds: int = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -137,6 +144,7 @@ class GroupAlgorithm(BaseAlgorithm):
         self.baseline = baseline
         self.kl_coef = kl_coef
         self.mode_kwargs = dict(mode_kwargs or {})
+        self.n_seeds = n_seeds
         self._validate()  # before anything is built or printed
         super().__init__(
             policy=policy,
@@ -157,6 +165,8 @@ class GroupAlgorithm(BaseAlgorithm):
         self.monitor_dir = monitor_dir
         self._env_source: EnvLike | None = None
         self._monitor: _EpisodeMonitor | None = None
+        #: The last batch's ``rollout/`` values per member (``task_error`` ..., each ``[n_seeds]``).
+        self.member_rollout: dict[str, np.ndarray] = {}
         if env is not None:
             self.env_id, given_kwargs = env_id_and_kwargs(env)
             self.env_kwargs = {**given_kwargs, **(env_kwargs or {})}
@@ -201,6 +211,7 @@ class GroupAlgorithm(BaseAlgorithm):
             allowed = "'batch_mean', 'expected' or a number"
             raise checks.HyperparameterError("baseline", self.baseline, allowed)
         checks.check_nonnegative("kl_coef", self.kl_coef)
+        checks.check_integer("n_seeds", self.n_seeds)
 
     def _setup_model(self) -> None:
         if self._env_source is not None:
@@ -213,6 +224,7 @@ class GroupAlgorithm(BaseAlgorithm):
             match=self.match,
             baseline=self.baseline,
             observation_space=self.observation_space,
+            n_members=self.n_seeds,
             **self.mode_kwargs,
         )
         if self.kl_coef and not self.mode.has_reference_kl:
@@ -225,9 +237,38 @@ class GroupAlgorithm(BaseAlgorithm):
         if self._env_source is not None:
             self._build_env()
         self.set_random_seed(self.seed)
-        self.policy = self.policy_class(
-            self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
-        ).to(self.device)
+        if self.n_seeds == 1:
+            self.policy = self.policy_class(
+                self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
+            ).to(self.device)
+        else:
+            self.policy = self._make_population()
+
+    def _make_population(self) -> BasePolicy:
+        """A policy of ``n_seeds`` members: member m is built exactly as the policy of a run with seed
+        ``seed + m`` (torch's generator seeded with it, then the constructor) and samples from a
+        generator in the state that run's global generator has after that construction."""
+        if not getattr(self.policy_class, "supports_members", False):
+            raise ValueError(f"n_seeds={self.n_seeds}: {self.policy_class.__name__} has no populations; "
+                             "use n_seeds=1 (populations: TabularPolicy, MlpPolicy)")
+        base = self.seed if self.seed is not None else int(np.random.randint(2**31 - self.n_seeds))
+        members, generators = [], []
+        for member in range(self.n_seeds):
+            set_random_seed(base + member)
+            policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
+                                       **self.policy_kwargs)
+            generator = th.Generator(device=self.device)
+            if generator.device.type == "cpu":
+                generator.set_state(th.get_rng_state())
+            else:  # a run on an accelerator samples from that device's generator, untouched by the init
+                generator.manual_seed(base + member)
+            members.append(policy)
+            generators.append(generator)
+        population = self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
+                                       n_members=self.n_seeds, **self.policy_kwargs).to(self.device)
+        population.load_members([policy.to(self.device) for policy in members], generators)
+        set_random_seed(base)
+        return population
 
     def _probe_env(self, source: EnvLike) -> gym.Env:
         """A single env of ``source`` (``source`` itself if it is one) to read the spaces from.
@@ -263,8 +304,10 @@ class GroupAlgorithm(BaseAlgorithm):
 
     def _build_env(self) -> None:
         """The natively batched env of the mode's size (``self.env``), with its monitor file."""
+        members = {"n_members": self.n_seeds} if self.n_seeds > 1 else {}
         vector_env = gym.make_vec(
-            self.env_id, num_envs=self.mode.n_envs, vectorization_mode="vector_entry_point", **self.env_kwargs
+            self.env_id, num_envs=self.mode.n_envs * self.n_seeds, vectorization_mode="vector_entry_point",
+            **members, **self.env_kwargs,
         )
         if not isinstance(vector_env.unwrapped, self.mode.vector_env_types):
             raise ValueError(f"{self.env_id!r} has no natively batched vector env")
@@ -344,8 +387,9 @@ class GroupAlgorithm(BaseAlgorithm):
     ) -> GroupAlgorithm:
         """Collect a batch of groups, take ``n_epochs`` optimizer steps on it, log; repeat.
 
-        Give ``total_timesteps`` (env interactions, SB3's budget) or ``n_iterations`` (an exact number
-        of updates: collect + train cycles, SB3's ``time/iterations``), not both.
+        Give ``total_timesteps`` (env interactions, SB3's budget; of each member, with ``n_seeds > 1``)
+        or ``n_iterations`` (an exact number of updates: collect + train cycles, SB3's
+        ``time/iterations``), not both.
         """
         if (total_timesteps is None) == (n_iterations is None):
             raise ValueError("learn() takes total_timesteps or n_iterations (exactly one of them)")
@@ -382,16 +426,18 @@ class GroupAlgorithm(BaseAlgorithm):
         callback.on_rollout_start()
 
         def on_step(n_interactions: int) -> bool:
-            self.num_timesteps += n_interactions
+            self.num_timesteps += n_interactions // self.n_seeds  # each member's own interactions
             callback.update_locals({"self": self})
             return callback.on_step()
 
         batch = self.mode.collect(self.vector_env, self.policy, on_step)
         if batch is None:
             return None
-        self.mode.log_rollout(self.logger, batch)
+        self.member_rollout = self.mode.log_rollout(self.logger, batch) or {}
         rows = self.mode.episode_rows(batch)
         if rows is not None:
+            if self.n_seeds > 1:
+                rows["member"] = np.repeat(np.arange(self.n_seeds), len(rows["r"]) // self.n_seeds)
             self._episode_num += len(rows["r"])
             if self._monitor is not None:
                 self._monitor.write(rows)
@@ -415,7 +461,7 @@ class GroupAlgorithm(BaseAlgorithm):
             self.policy.optimizer.zero_grad()
             stats, loss, kl = self._accumulate_gradients(batch, last)
             if epoch == 0:
-                stats["grad_norm"] = _global_grad_norm(self.policy.parameters())
+                stats["grad_norm"] = _global_grad_norm(self.policy.parameters(), self.n_seeds)
                 first_stats = stats
             self.policy.optimizer.step()
         self.mode.after_update(self.policy)
@@ -444,7 +490,7 @@ class GroupAlgorithm(BaseAlgorithm):
                 kl_ref = self.mode.reference_kl(self.policy, part, log_probs)
                 part_stats["reference_kl"] = kl_ref.detach()
                 loss = loss + self.kl_coef * kl_ref
-            (loss * weight).backward()
+            (loss * (weight * self.n_seeds)).backward()  # summed over members: each its own gradient
             total_loss += weight * float(loss.detach())
             for key, value in part_stats.items():
                 stats[key] = stats.get(key, 0.0) + weight * float(value)
@@ -518,6 +564,11 @@ def _is_subclass(env_class: Any, types: tuple[type, ...]) -> bool:
     return isinstance(env_class, type) and issubclass(env_class, types)
 
 
-def _global_grad_norm(parameters: Any) -> float:
-    grads = [p.grad.detach().flatten() for p in parameters if p.grad is not None]
-    return float(th.cat(grads).norm()) if grads else 0.0
+def _global_grad_norm(parameters: Any, n_members: int = 1) -> float:
+    """The L2 norm of all gradients; of a population, the mean over members of each member's norm."""
+    grads = [p.grad.detach().reshape(n_members, -1) for p in parameters if p.grad is not None]
+    if not grads:
+        return 0.0
+    if n_members == 1:
+        return float(th.cat(grads, 1).norm())
+    return float(th.cat(grads, 1).norm(dim=1).mean())

@@ -56,7 +56,14 @@ class GRPO(GroupAlgorithm):
     def _clipped(self, logscores: th.Tensor, old: th.Tensor, advantages: th.Tensor, scores: th.Tensor,
                  mask: th.Tensor | None = None) -> tuple[th.Tensor, dict]:
         clip_range = self.scheduled("clip_range")
-        loss = losses.grpo_loss(logscores, old, advantages, clip_range, self.beta, mask)
+        if mask is None:
+            loss = losses.grpo_loss(logscores, old, advantages, clip_range, self.beta)
+        else:  # the kept groups are counted per member
+
+            def masked(logscores: th.Tensor, old: th.Tensor, adv: th.Tensor, mask: th.Tensor) -> th.Tensor:
+                return losses.grpo_loss(logscores, old, adv, clip_range, self.beta, mask).reshape(1)
+
+            loss = self.mode.per_member(masked, logscores, old, advantages, mask).mean()
         winners, losers = losses.target_mass(advantages.abs(), scores)
         stats = {
             "clip_fraction": losses.clip_fraction(logscores.detach(), old, clip_range),
@@ -72,7 +79,7 @@ class GRPO(GroupAlgorithm):
         return loss, {**stats, **losses.group_diagnostics(view.scores)}
 
     def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
-        advantages = losses.batch_standardized_advantages(view.rewards)
+        advantages = self.mode.per_member(losses.batch_standardized_advantages, view.rewards)
         return self._clipped(view.logp, view.old_logp, advantages, view.rewards)
 
     def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:

@@ -22,6 +22,7 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
+from agents.policies.base import multinomial_rows
 from agents.policies.protocols import ActionPolicy, SequencePolicy
 
 StepHook = Callable[[int], bool]
@@ -72,11 +73,10 @@ class Population:
     old_log_probs: th.Tensor  # [N, A]
 
 
-def sample_actions(log_probs: th.Tensor, n: int) -> th.Tensor:
-    """``n`` i.i.d. draws (with replacement) from each row of ``log_probs`` [..., A] -> [..., n]."""
-    flat = log_probs.reshape(-1, log_probs.shape[-1]).exp()
-    draws = th.multinomial(flat, n, replacement=True)
-    return draws.reshape(*log_probs.shape[:-1], n)
+def sample_actions(log_probs: th.Tensor, n: int, generators: list[th.Generator] | None = None) -> th.Tensor:
+    """``n`` i.i.d. draws (with replacement) from each row of ``log_probs`` [..., A] -> [..., n];
+    ``generators``: one per member of a member-major batch (None: torch's global generator)."""
+    return multinomial_rows(log_probs, n, generators).reshape(*log_probs.shape[:-1], n)
 
 
 class _StepLogProbs:
@@ -162,7 +162,7 @@ def _run_episodes(
     while not finished:
         obs_t = _as_tensor(obs, device)
         log_probs = step_log_probs(obs_t, taken)
-        candidates = sample_actions(log_probs, n_candidates)
+        candidates = sample_actions(log_probs, n_candidates, getattr(policy, "member_generators", None))
         taken = candidates[:, 0]
         if n_candidates > 1:
             steps["scores"].append(_as_tensor(env.score_candidates(candidates.cpu().numpy()), device).float())
@@ -236,14 +236,16 @@ def collect_token_groups(
 
 
 @th.no_grad()
-def collect_population(env: VectorEnv, policy: ActionPolicy, exhaustive: bool) -> Population:
+def collect_population(
+    env: VectorEnv, policy: ActionPolicy, exhaustive: bool, n_members: int = 1
+) -> Population:
     """Score every action at each sub-env's context exactly (no sampling of actions, no stepping).
 
-    ``exhaustive``: the contexts are ``0..num_envs-1`` (a tabular env); otherwise fresh contexts are
-    drawn (e.g. MNIST images for the supervised oracle).
+    ``exhaustive``: each member's contexts are ``0..num_envs/n_members - 1`` (a tabular env);
+    otherwise fresh contexts are drawn (e.g. MNIST images for the supervised oracle).
     """
     device = policy.device
-    options = {"contexts": np.arange(env.num_envs)} if exhaustive else None
+    options = {"contexts": np.tile(np.arange(env.num_envs // n_members), n_members)} if exhaustive else None
     obs, _ = env.reset(options=options)
     n_actions = int(env.single_action_space.n)
     all_actions = np.ascontiguousarray(np.broadcast_to(np.arange(n_actions), (env.num_envs, n_actions)))

@@ -89,6 +89,8 @@ class CollectionMode(ABC):
     :param match: ``prompts`` or ``interactions`` (single mode: B*K contexts and lr x sqrt(K))
     :param baseline: single mode: ``batch_mean``, ``expected`` or a number
     :param observation_space: the single env's observation space
+    :param n_members: S independent learners collected together (member-major rows, see
+        ``GroupPolicy``); :attr:`n_envs` is per member, every batch-wide statistic is per member
     """
 
     name: ClassVar[str]
@@ -102,10 +104,12 @@ class CollectionMode(ABC):
     has_reference_kl: ClassVar[bool] = False
 
     def __init__(
-        self, batch_size: int, group_size: int, match: str, baseline: Any, observation_space: Any
+        self, batch_size: int, group_size: int, match: str, baseline: Any, observation_space: Any,
+        n_members: int = 1,
     ) -> None:
         self.batch_size, self.group_size, self.match = batch_size, group_size, match
         self.baseline, self.observation_space = baseline, observation_space
+        self.n_members = n_members
 
     @classmethod
     def min_group_size(cls, view: str) -> int:
@@ -117,7 +121,7 @@ class CollectionMode(ABC):
     @property
     @abstractmethod
     def n_envs(self) -> int:
-        """Sub-envs the mode steps at once."""
+        """Sub-envs the mode steps at once, per member."""
 
     @property
     def lr_scale(self) -> float:
@@ -140,9 +144,30 @@ class CollectionMode(ABC):
         """The ``kind`` view (one of :attr:`views`) of ``batch`` at the current ``log_probs``."""
         return getattr(self, f"{kind}_view")(batch, log_probs)
 
-    @abstractmethod
-    def log_rollout(self, logger: Logger, batch: Any) -> None:
-        """Record the batch's ``rollout/`` metrics (the paper's task error before the update)."""
+    def member_rows(self, values: th.Tensor) -> th.Tensor:
+        """A member-major batch ``[S*N, ...]`` as ``[S, N, ...]``."""
+        return values.reshape(self.n_members, -1, *values.shape[1:])
+
+    def per_member(self, fn: Callable[..., th.Tensor], *tensors: th.Tensor) -> th.Tensor:
+        """``fn`` (a batch-wide statistic such as a batch-mean baseline) applied to each member's rows
+        of member-major tensors separately, the results stacked back member-major; ``fn(*tensors)``
+        for one member."""
+        if self.n_members == 1:
+            return fn(*tensors)
+        return th.vmap(fn)(*(self.member_rows(t) for t in tensors)).flatten(0, 1)
+
+    def rollout_metrics(self, batch: Any) -> dict[str, th.Tensor]:
+        """The batch's ``rollout/`` metrics per member, each ``[S]`` (the paper's task error before
+        the update first); :meth:`log_rollout` records their means over the members."""
+        raise NotImplementedError(f"{self.name} mode logs its own rollout metrics")
+
+    def log_rollout(self, logger: Logger, batch: Any) -> dict[str, np.ndarray] | None:
+        """Record the batch's ``rollout/`` metrics, the means over the members of
+        :meth:`rollout_metrics`; returns the per-member values (None where a mode has none)."""
+        metrics = {key: values.detach().cpu().numpy() for key, values in self.rollout_metrics(batch).items()}
+        for key, values in metrics.items():
+            logger.record(f"rollout/{key}", float(values.mean()))
+        return metrics
 
     def episode_rows(self, batch: Any) -> dict[str, np.ndarray] | None:
         """Per-episode ``monitor.csv`` columns (``r``, ``l`` and info keys), None if no episodes."""

@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
-from stable_baselines3.common.logger import Logger
 
 from agents.modes.base import CollectionMode
 from agents.policies.protocols import ActionPolicy
@@ -23,14 +22,16 @@ class EpisodeMode(CollectionMode):
     def log_probs(self, policy: ActionPolicy, batch: Episodes | TokenGroups) -> th.Tensor:
         return episode_log_probs(policy, batch)
 
-    def log_rollout(self, logger: Logger, batch: Episodes | TokenGroups) -> None:
+    def rollout_metrics(self, batch: Episodes | TokenGroups) -> dict[str, th.Tensor]:
         """Task error = 1 - mean per-token reward of the behaviour episodes (paper Sec. 3.4), and
         the episode return, success rate (every token right) and length."""
-        token_rewards = batch.token_rewards
-        logger.record("rollout/task_error", float(1 - token_rewards.mean()))
-        logger.record("rollout/ep_rew_mean", float(batch.returns.mean()))
-        logger.record("rollout/success_rate", float((token_rewards.min(-1).values > 0).float().mean()))
-        logger.record("rollout/ep_len_mean", float(token_rewards.shape[-1]))
+        token_rewards = self.member_rows(batch.token_rewards)
+        return {
+            "task_error": 1 - token_rewards.flatten(1).mean(1),
+            "ep_rew_mean": self.member_rows(batch.returns).mean(1),
+            "success_rate": (token_rewards.min(-1).values > 0).float().mean(1),
+            "ep_len_mean": th.full((self.n_members,), float(token_rewards.shape[-1])),
+        }
 
     def episode_rows(self, batch: Episodes | TokenGroups) -> dict[str, Any]:
         """``r``, ``l``, ``is_success`` and, on the token tasks, ``token_error`` of each episode."""

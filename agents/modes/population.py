@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
-from stable_baselines3.common.logger import Logger
 
 from agents.modes.base import CollectionMode, ExactView, GroupView, StepHook
 from agents.policies.protocols import ActionPolicy
@@ -35,7 +34,7 @@ class PopulationMode(CollectionMode):
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Population | None:
         exhaustive = isinstance(self.observation_space, spaces.Discrete)
-        batch = collect_population(env, policy, exhaustive=exhaustive)
+        batch = collect_population(env, policy, exhaustive=exhaustive, n_members=self.n_members)
         return batch if on_step(env.num_envs) else None
 
     def log_probs(self, policy: ActionPolicy, batch: Population) -> th.Tensor:
@@ -47,7 +46,7 @@ class PopulationMode(CollectionMode):
     def group_view(self, batch: Population, log_probs: th.Tensor) -> GroupView:
         return GroupView(log_probs, batch.old_log_probs, batch.rewards)
 
-    def log_rollout(self, logger: Logger, batch: Population) -> None:
+    def rollout_metrics(self, batch: Population) -> dict[str, th.Tensor]:
         """Task error = 1 - E_pi[r], the expected error of the policy before the update."""
         expected_reward = (batch.old_log_probs.exp() * batch.rewards).sum(-1)
-        logger.record("rollout/task_error", float(1 - expected_reward.mean()))
+        return {"task_error": 1 - self.member_rows(expected_reward).mean(1)}

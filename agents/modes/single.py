@@ -50,7 +50,10 @@ class SingleMode(EpisodeMode):
         return collect_episodes(env, policy, 1, on_step)
 
     def _advantages(self, batch: Episodes, rewards: th.Tensor) -> th.Tensor:
-        return losses.baseline_advantages(rewards, self.baseline, batch.old_log_probs[:, 0])
+        def advantages(rewards: th.Tensor, old_log_probs: th.Tensor) -> th.Tensor:
+            return losses.baseline_advantages(rewards, self.baseline, old_log_probs)
+
+        return self.per_member(advantages, rewards, batch.old_log_probs[:, 0])
 
     def sample_view(self, batch: Episodes, log_probs: th.Tensor) -> SampleView:
         actions = batch.actions.unsqueeze(-1)
@@ -64,12 +67,27 @@ class SingleMode(EpisodeMode):
             n_actions=log_probs.shape[-1],
         )
 
+    def _member_contexts(self, contexts: th.Tensor) -> th.Tensor:
+        """Context ids made distinct between members (member m's context c is ``m * C + c``), so that a
+        group never mixes members; the members must see equally many contexts (the mean over groups
+        then weighs every member alike)."""
+        if self.n_members == 1:
+            return contexts
+        per_member = self.member_rows(contexts)
+        n_contexts = int(self.observation_space.n)
+        keyed = per_member + n_contexts * th.arange(self.n_members, device=contexts.device).unsqueeze(1)
+        counts = {len(th.unique(row)) for row in per_member}
+        if len(counts) > 1:
+            raise ValueError(f"the members' batches cover different numbers of contexts ({sorted(counts)}): "
+                             "train seeds of a multi-context table in population mode, or one at a time")
+        return keyed.flatten()
+
     def group_view(self, batch: Episodes, log_probs: th.Tensor) -> GroupView:
         n_actions = log_probs.shape[-1]
         advantages = self._advantages(batch, batch.token_rewards.sum(-1))
         scores = losses.onehot_scores(batch.actions[:, 0], advantages, n_actions)
         logscores, old_logscores = log_probs[:, 0], batch.old_log_probs[:, 0]
         if self.tabular:
-            scores, first = losses.context_mean_scores(scores, batch.contexts)
+            scores, first = losses.context_mean_scores(scores, self._member_contexts(batch.contexts))
             logscores, old_logscores = logscores[first], old_logscores[first]
         return GroupView(logscores, old_logscores, scores)

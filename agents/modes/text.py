@@ -200,7 +200,7 @@ class TextMode(CollectionMode):
         prompt_tokens = completions.prompt_mask.sum(-1)[completions.owner].sum()
         return int(prompt_tokens + completions.completion_mask.sum())
 
-    def log_rollout(self, logger: Logger, batch: TextBatch) -> None:
+    def log_rollout(self, logger: Logger, batch: TextBatch) -> None:  # type: ignore[override]
         """Scores, format rate, lengths and generation speed (the group softmax: :meth:`log_update`)."""
         completions = batch.completions
         logger.record("rollout/task_error", float(1 - batch.scores.mean()))

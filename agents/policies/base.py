@@ -8,7 +8,7 @@ log-prob of given actions, SB3's ``predict``) is derived from that one method.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from gymnasium import spaces
@@ -46,7 +46,13 @@ class GroupPolicy(BasePolicy):
     :param optimizer_class: optimizer class (default: the policy's own, see subclasses)
     :param optimizer_kwargs: extra keyword arguments of the optimizer (not the lr)
     :param normalize_images: kept for SB3 compatibility
+    :param n_members: S independent members (a population of learners, the seeds of a run) whose
+        parameters are stacked on a leading axis; a batch of ``N`` observations is member-major
+        (rows ``m*N/S .. (m+1)*N/S - 1`` belong to member m). 1 is the plain policy.
     """
+
+    #: Whether the policy has populations (``n_members > 1``).
+    supports_members: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -56,6 +62,7 @@ class GroupPolicy(BasePolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = False,
+        n_members: int = 1,
     ) -> None:
         if not isinstance(action_space, spaces.Discrete):
             raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {action_space}")
@@ -70,6 +77,13 @@ class GroupPolicy(BasePolicy):
         self.lr_schedule = lr_schedule
         self.n_actions = int(action_space.n)
         self.action_start = int(action_space.start)
+        if not isinstance(n_members, int) or isinstance(n_members, bool) or n_members < 1:
+            raise ValueError(f"n_members must be an integer >= 1, got {n_members!r}")
+        if n_members > 1 and not self.supports_members:
+            raise ValueError(f"n_members={n_members}: {type(self).__name__} has no populations")
+        self.n_members = n_members
+        #: One sampling generator per member (``load_members``); None: torch's global generator.
+        self.member_generators: list[torch.Generator] | None = None
 
     # ------------------------------------------------------------------ to implement
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
@@ -79,6 +93,33 @@ class GroupPolicy(BasePolicy):
     def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
         """The optimizer used when no ``optimizer_class`` is given."""
         return torch.optim.Adam(self.parameters(), lr=lr, **self.optimizer_kwargs)
+
+    def _load_member(self, member: int, policy: GroupPolicy) -> None:
+        """Copy the parameters of the one-member ``policy`` into member ``member`` (populations)."""
+        raise NotImplementedError(f"{type(self).__name__} has no populations (n_members > 1)")
+
+    def member_log_probs(self, obs: PyTorchObs) -> Tensor:
+        """``log pi_m(. | obs)`` of every member m on the same observations, shape ``[S, N, n_actions]``."""
+        raise NotImplementedError(f"{type(self).__name__} has no populations (n_members > 1)")
+
+    # ------------------------------------------------------------------ populations
+    def load_members(self, policies: list[GroupPolicy], generators: list[torch.Generator]) -> None:
+        """Make member m a copy of ``policies[m]`` (one-member policies of the same settings, each built
+        under its own seed) that samples with ``generators[m]``: member m then acts and learns as
+        ``policies[m]`` would alone (the optimizer state starts fresh, as in a new run)."""
+        if len(policies) != self.n_members or len(generators) != self.n_members:
+            raise ValueError(f"need {self.n_members} member policies and generators, got "
+                             f"{len(policies)} and {len(generators)}")
+        with torch.no_grad():
+            for member, policy in enumerate(policies):
+                self._load_member(member, policy)
+        self.member_generators = list(generators)
+
+    def member_index(self, n_rows: int) -> Tensor:
+        """The member of each row of a member-major batch of ``n_rows`` rows, shape ``[n_rows]``."""
+        if n_rows % self.n_members:
+            raise ValueError(f"a batch of {n_rows} rows cannot be split among {self.n_members} members")
+        return torch.arange(n_rows, device=self.device) // (n_rows // self.n_members)
 
     # ------------------------------------------------------------------ shared
     def _build_optimizer(self) -> None:
@@ -96,7 +137,8 @@ class GroupPolicy(BasePolicy):
     def sample(self, obs: PyTorchObs, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Sample one action index per row: returns ``(actions [N], log_probs [N, A])``."""
         log_probs = self.action_log_probs(obs)
-        actions = sample_categorical(log_probs, generator)
+        generators = self.member_generators if generator is None else [generator]
+        actions = sample_categorical(log_probs, generators)
         return actions, log_probs
 
     def log_prob(self, obs: PyTorchObs, actions: Tensor) -> Tensor:
@@ -109,7 +151,7 @@ class GroupPolicy(BasePolicy):
         if deterministic:
             actions = log_probs.argmax(dim=-1)
         else:
-            actions = sample_categorical(log_probs)
+            actions = sample_categorical(log_probs, self.member_generators)
         return actions + self.action_start
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
@@ -119,12 +161,29 @@ class GroupPolicy(BasePolicy):
             optimizer_class=self._custom_optimizer_class,
             optimizer_kwargs=self.optimizer_kwargs,
         )
+        if self.n_members > 1:
+            data["n_members"] = self.n_members
         return data
 
 
-def sample_categorical(log_probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def sample_categorical(log_probs: Tensor, generators: list[torch.Generator] | None = None) -> Tensor:
     """One draw per row of ``[..., A]`` log-probabilities, returned with shape ``[...]``."""
-    probs = log_probs.detach().exp()
-    flat = probs.reshape(-1, probs.shape[-1])
-    draws = torch.multinomial(flat, 1, generator=generator)
-    return draws.reshape(probs.shape[:-1])
+    return multinomial_rows(log_probs, 1, generators, replacement=False).reshape(log_probs.shape[:-1])
+
+
+def multinomial_rows(
+    log_probs: Tensor, n: int, generators: list[torch.Generator] | None = None, replacement: bool = True
+) -> Tensor:
+    """``n`` draws with replacement from each row of ``[..., A]`` log-probabilities, shape ``[R, n]``
+    for the ``R`` rows.
+
+    ``generators``: one generator per member of a member-major batch (rows split into equal blocks),
+    each block drawn with its member's generator exactly as that member alone would draw it; None
+    draws every row from torch's global generator.
+    """
+    flat = log_probs.detach().reshape(-1, log_probs.shape[-1]).exp()
+    if generators is None:
+        return torch.multinomial(flat, n, replacement=replacement)
+    blocks = flat.chunk(len(generators)) if len(generators) > 1 else (flat,)
+    return torch.cat([torch.multinomial(block, n, replacement=replacement, generator=generator)
+                      for block, generator in zip(blocks, generators, strict=True)])

@@ -31,7 +31,11 @@ class MlpSoftmaxPolicy(GroupPolicy):
     :param optimizer_class: optimizer class (default Adam)
     :param optimizer_kwargs: extra optimizer keyword arguments
     :param normalize_images: divide image observations by 255 (off by default)
+    :param n_members: S independent networks, weights stacked ``[S, in, out]`` and applied with
+        batched matrix products (see :class:`GroupPolicy`)
     """
+
+    supports_members = True
 
     def __init__(
         self,
@@ -43,6 +47,7 @@ class MlpSoftmaxPolicy(GroupPolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = False,
+        n_members: int = 1,
     ) -> None:
         super().__init__(
             observation_space,
@@ -51,31 +56,67 @@ class MlpSoftmaxPolicy(GroupPolicy):
             optimizer_class=optimizer_class,
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=normalize_images,
+            n_members=n_members,
         )
         self.net_arch = list(net_arch) if net_arch is not None else [50, 50]
         self.activation_fn = activation_fn
         self.input_dim = int(get_flattened_obs_dim(observation_space))
         if isinstance(observation_space, spaces.Discrete):
             self.input_dim = int(observation_space.n)
-        layers: list[nn.Module] = []
-        width = self.input_dim
-        for hidden in self.net_arch:
-            layers += [nn.Linear(width, hidden), activation_fn()]
-            width = hidden
-        layers.append(nn.Linear(width, self.n_actions))
-        self.net = nn.Sequential(*layers)
-        for module in self.net:
-            if isinstance(module, nn.Linear):
-                lecun_normal_(module.weight, module.in_features)
-                nn.init.zeros_(module.bias)
+        widths = [self.input_dim, *self.net_arch, self.n_actions]
+        if n_members == 1:
+            layers: list[nn.Module] = []
+            for fan_in, fan_out in zip(widths[:-1], widths[1:], strict=True):
+                layers += [nn.Linear(fan_in, fan_out), activation_fn()]
+            self.net = nn.Sequential(*layers[:-1])
+            for module in self.net:
+                if isinstance(module, nn.Linear):
+                    lecun_normal_(module.weight, module.in_features)
+                    nn.init.zeros_(module.bias)
+        else:  # [S, in, out] kernels and [S, 1, out] biases, filled by load_members
+            pairs = list(zip(widths[:-1], widths[1:], strict=True))
+            self.kernels = nn.ParameterList([nn.Parameter(torch.zeros(n_members, i, o)) for i, o in pairs])
+            self.biases = nn.ParameterList([nn.Parameter(torch.zeros(n_members, 1, o)) for _, o in pairs])
+            self.activation = activation_fn()
         self._build_optimizer()
 
     def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
         kwargs = {"betas": (0.9, 0.999), "eps": 1e-8, **self.optimizer_kwargs}
         return torch.optim.Adam(self.parameters(), lr=lr, **kwargs)
 
+    def _load_member(self, member: int, policy: GroupPolicy) -> None:
+        linears = [module for module in policy.net if isinstance(module, nn.Linear)]
+        for kernel, bias, linear in zip(self.kernels, self.biases, linears, strict=True):
+            kernel[member].copy_(linear.weight.T)
+            bias[member, 0].copy_(linear.bias)
+
+    def _member_net(self, x: Tensor) -> Tensor:
+        """The S networks on ``x`` ``[S, n, in]`` (or ``[n, in]``, shared by the members): ``[S, n, out]``."""
+        last = len(self.kernels) - 1
+        for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases, strict=True)):
+            if x.dim() == 3:
+                x = torch.baddbmm(bias, x, kernel)
+            else:
+                x = torch.einsum("ni,sio->sno", x, kernel) + bias
+            if i < last:
+                x = self.activation(x)
+        return x
+
     def logits(self, obs: PyTorchObs) -> Tensor:
         """Unnormalized scores, shape ``[N, n_actions]``."""
+        x = self._features(obs)
+        if self.n_members == 1:
+            return self.net(x)
+        return self._member_net(x.reshape(self.n_members, -1, x.shape[-1])).reshape(len(x), -1)
+
+    def member_log_probs(self, obs: PyTorchObs) -> Tensor:
+        x = self._features(obs)
+        if self.n_members == 1:
+            return torch.log_softmax(self.net(x), dim=-1).unsqueeze(0)
+        return torch.log_softmax(self._member_net(x), dim=-1)
+
+    def _features(self, obs: PyTorchObs) -> Tensor:
+        """The flat float input ``[N, input_dim]`` of a batch of observations."""
         assert isinstance(obs, Tensor)
         space = self.observation_space
         if isinstance(space, spaces.Discrete):
@@ -85,8 +126,7 @@ class MlpSoftmaxPolicy(GroupPolicy):
             x = preprocess_obs(obs.reshape(-1, len(space.nvec)).long() - start, space)
         else:
             x = preprocess_obs(obs, space, normalize_images=self.normalize_images)
-        x = x.reshape(x.shape[0], -1).to(self.device)
-        return self.net(x)
+        return x.reshape(x.shape[0], -1).to(self.device)
 
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
         return torch.log_softmax(self.logits(obs), dim=-1)

@@ -42,11 +42,16 @@ class NormalizedStep(Optimizer):
     :param params: parameters (or parameter groups)
     :param lr: the step length alpha
     :param eps: added under the square root (1e-30 in the reference)
+    :param n_members: the parameters hold S independent members on their leading axis (a population,
+        ``GroupPolicy(n_members=S)``); each member is normalised by its own norm
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 0.1, eps: float = 1e-30) -> None:
+    def __init__(
+        self, params: Iterable[Any], lr: float = 0.1, eps: float = 1e-30, n_members: int = 1
+    ) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
+        self.n_members = n_members
         super().__init__(params, {"lr": lr, "eps": eps, "step": 0})
 
     @torch.no_grad()
@@ -60,16 +65,20 @@ class NormalizedStep(Optimizer):
             group["step"] += 1
         if not grads:
             return loss
-        sq = torch.zeros((), dtype=torch.float64, device=grads[0].device)
+        members = self.n_members
+        sq = torch.zeros(() if members == 1 else (members,), dtype=torch.float64, device=grads[0].device)
         for g in grads:
-            sq += g.double().square().sum()
+            sq += g.double().square().sum() if members == 1 else g.double().square().flatten(1).sum(1)
         eps = self.param_groups[0]["eps"]
         inv_norm = 1.0 / torch.sqrt(sq + eps)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                p.sub_(p.grad * (group["lr"] * inv_norm).to(p.dtype))
+                scale = group["lr"] * inv_norm
+                if members > 1:
+                    scale = scale.reshape(members, *[1] * (p.dim() - 1))
+                p.sub_(p.grad * scale.to(p.dtype))
         return loss
 
 

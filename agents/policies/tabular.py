@@ -28,7 +28,11 @@ class TabularSoftmaxPolicy(GroupPolicy):
     :param init: ``"zeros"`` (uniform policy) or ``"normal"`` (i.i.d. N(0, 1) logits, torch's global RNG)
     :param optimizer_class: optimizer class (default :class:`NormalizedStep`)
     :param optimizer_kwargs: extra optimizer keyword arguments
+    :param n_members: S independent tables ``[S, n_contexts, n_actions]`` (see :class:`GroupPolicy`);
+        the normalised step then uses each member's own norm
     """
+
+    supports_members = True
 
     def __init__(
         self,
@@ -39,6 +43,7 @@ class TabularSoftmaxPolicy(GroupPolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = False,
+        n_members: int = 1,
     ) -> None:
         super().__init__(
             observation_space,
@@ -47,6 +52,7 @@ class TabularSoftmaxPolicy(GroupPolicy):
             optimizer_class=optimizer_class,
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=normalize_images,
+            n_members=n_members,
         )
         if not isinstance(observation_space, spaces.Discrete):
             raise ValueError(
@@ -55,7 +61,8 @@ class TabularSoftmaxPolicy(GroupPolicy):
         self.n_contexts = int(observation_space.n)
         self.obs_start = int(observation_space.start)
         self.init = init
-        table = torch.empty(self.n_contexts, self.n_actions)
+        shape = (self.n_contexts, self.n_actions)
+        table = torch.empty(shape if n_members == 1 else (n_members, *shape))
         if init == "zeros":
             table.zero_()
         elif init == "normal":
@@ -66,7 +73,10 @@ class TabularSoftmaxPolicy(GroupPolicy):
         self._build_optimizer()
 
     def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        return NormalizedStep(self.parameters(), lr=lr, **self.optimizer_kwargs)
+        return NormalizedStep(self.parameters(), lr=lr, n_members=self.n_members, **self.optimizer_kwargs)
+
+    def _load_member(self, member: int, policy: GroupPolicy) -> None:
+        self.logits[member].copy_(policy.logits)
 
     def context_index(self, obs: PyTorchObs) -> Tensor:
         """The 0-based context indices of a batch of observations, shape ``[N]``."""
@@ -74,10 +84,17 @@ class TabularSoftmaxPolicy(GroupPolicy):
         return obs.reshape(-1).long().to(self.logits.device) - self.obs_start
 
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
-        return torch.log_softmax(self.logits[self.context_index(obs)], dim=-1)
+        contexts = self.context_index(obs)
+        if self.n_members == 1:
+            return torch.log_softmax(self.logits[contexts], dim=-1)
+        return torch.log_softmax(self.logits[self.member_index(len(contexts)), contexts], dim=-1)
+
+    def member_log_probs(self, obs: PyTorchObs) -> Tensor:
+        table = self.logits if self.n_members > 1 else self.logits.unsqueeze(0)
+        return torch.log_softmax(table[:, self.context_index(obs)], dim=-1)
 
     def all_log_probs(self) -> Tensor:
-        """``log pi`` for every context, shape ``[n_contexts, n_actions]``."""
+        """``log pi`` for every context, shape ``[n_contexts, n_actions]`` (``[S, ...]`` for S members)."""
         return torch.log_softmax(self.logits, dim=-1)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:

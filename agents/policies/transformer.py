@@ -411,7 +411,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
             step_log_probs = self.model.forward_cached(prompts, cache, 0)[:, -1]
             for t in range(H):
                 log_probs[:, t] = step_log_probs
-                token = sample_categorical(step_log_probs, generator)
+                token = sample_categorical(step_log_probs, None if generator is None else [generator])
                 completions[:, t] = token
                 if t + 1 < H:
                     step_log_probs = self.model.forward_cached(token[:, None], cache, H + t)[:, 0]
@@ -420,7 +420,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
             for t in range(H):
                 step_log_probs = self.model(buffer[:, : H + t])[:, -1]
                 log_probs[:, t] = step_log_probs
-                token = sample_categorical(step_log_probs, generator)
+                token = sample_categorical(step_log_probs, None if generator is None else [generator])
                 completions[:, t] = token
                 buffer[:, H + t] = token
         return completions, log_probs

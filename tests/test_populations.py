@@ -1,0 +1,197 @@
+"""Populations (``n_seeds = S``): member m of one run learns exactly as the run with seed ``seed + m``."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
+
+import tpo_gym  # noqa: F401
+from agents.policies import NormalizedStep, TabularPolicy
+from agents.policies.base import multinomial_rows
+from agents.zoo.registry import ablation_kwargs, get_algo
+
+th.set_num_threads(1)
+
+BANDIT = dict(learning_rate=0.1, batch_size=20, n_epochs=1, group_mode="single")
+POPULATION = dict(learning_rate=0.1, batch_size=100, n_epochs=1, group_mode="population",
+                  policy_kwargs={"init": "normal"})
+MNIST = dict(learning_rate=1e-3, batch_size=8, group_mode="single")
+ARMS, CONTEXTS = {"n_arms": 10}, {"n_contexts": 12, "n_arms": 5}
+
+#: id -> (algo, env id, env kwargs, policy, algorithm kwargs)
+CASES = {
+    "single-tpo": ("tpo", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**BANDIT, "baseline": 0.5}),
+    "single-grpo": ("grpo", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", BANDIT),
+    "single-pg-batch-mean": ("pg", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", BANDIT),
+    "single-dg": ("dg", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**BANDIT, "baseline": 0.5}),
+    **{f"population-{algo}": (algo, "TPO/MultiContextBandit-v0", CONTEXTS, "TabularPolicy", POPULATION)
+       for algo in ("tpo", "grpo", "dg", "pg", "ce")},
+    "mnist-tpo": ("tpo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
+    "mnist-grpo-2-epochs": ("grpo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "n_epochs": 2}),
+    "mnist-group-pg": ("group_pg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
+    "mnist-ppo": ("ppo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", MNIST),
+    "mnist-ce": ("ce", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "group_mode": "population"}),
+}
+
+
+class _Errors(BaseCallback):
+    """Per-member task errors of every batch, and the sampled actions of the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[np.ndarray] = []
+        self.logged: list[float] = []
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.errors.append(self.model.member_rollout["task_error"].copy())
+        self.logged.append(self.model.logger.name_to_value["rollout/task_error"])
+
+
+def _run(case: str, seed: int, n_seeds: int, n_updates: int = 3):
+    algo, env_id, env_kwargs, policy, kwargs = CASES[case]
+    kwargs = {**ablation_kwargs(algo), **kwargs}
+    model = get_algo(algo)(policy, env_id, env_kwargs=env_kwargs, seed=seed, n_seeds=n_seeds,
+                           device="cpu", **kwargs)
+    model.set_logger(Logger(None, []))
+    errors = _Errors()
+    model.learn(n_iterations=n_updates, callback=errors)
+    model.logged_errors = errors.logged
+    return model, np.array(errors.errors)
+
+
+def _member_parameters(model, member: int, grad: bool = False) -> list[th.Tensor]:
+    """Member ``member``'s parameters (or gradients): [in, out] kernels and [1, out] biases, or the table."""
+    policy = model.policy
+    tensors = ([t for pair in zip(policy.kernels, policy.biases, strict=True) for t in pair]
+               if hasattr(policy, "kernels") else [policy.logits])
+    return [(t.grad if grad else t.detach())[member] for t in tensors]
+
+
+def _single_parameters(model, grad: bool = False) -> list[th.Tensor]:
+    """The same of a one-member run."""
+    policy = model.policy
+    if not hasattr(policy, "net"):
+        return [(policy.logits.grad if grad else policy.logits.detach())]
+    out = []
+    for linear in (m for m in policy.net if isinstance(m, th.nn.Linear)):
+        weight, bias = (linear.weight.grad, linear.bias.grad) if grad else (linear.weight, linear.bias)
+        out += [weight.detach().T, bias.detach().unsqueeze(0)]
+    return out
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_member_equals_the_run_with_its_seed(case):
+    population, errors = _run(case, seed=3, n_seeds=3)
+    assert errors.shape == (3, 3)
+    for member in range(3):
+        single, single_errors = _run(case, seed=3 + member, n_seeds=1)
+        # the same sampled actions and contexts: the same batch errors, update by update
+        np.testing.assert_allclose(errors[:, member], single_errors[:, 0], rtol=0, atol=1e-6)
+        for got, want in zip(_member_parameters(population, member), _single_parameters(single), strict=True):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["single-tpo", "population-dg", "mnist-tpo", "mnist-grpo-2-epochs"])
+def test_first_update_loss_and_gradient_are_each_members_own(case):
+    """The population's loss is the members' mean; its gradient on member m is that of the run with
+    seed m (losses are summed over members)."""
+    algo, env_id, env_kwargs, policy, kwargs = CASES[case]
+    kwargs = {**ablation_kwargs(algo), **kwargs}
+
+    def first_batch(seed: int, n_seeds: int):
+        model = get_algo(algo)(policy, env_id, env_kwargs=env_kwargs, seed=seed, n_seeds=n_seeds,
+                               device="cpu", **kwargs)
+        model.set_logger(Logger(None, []))
+        model._setup_learn(10**6, None)
+        callback = _Errors()
+        callback.init_callback(model)
+        batch = model.collect(callback)
+        model.policy.optimizer.zero_grad()
+        _, loss, _ = model._accumulate_gradients(batch, True)
+        return model, loss
+
+    population, loss = first_batch(5, 2)
+    singles = [first_batch(5 + m, 1) for m in range(2)]
+    assert loss == pytest.approx(np.mean([s[1] for s in singles]), abs=1e-6)
+    for member, (single, _) in enumerate(singles):
+        got = _member_parameters(population, member, grad=True)
+        for g, want in zip(got, _single_parameters(single, grad=True), strict=True):
+            np.testing.assert_allclose(g.numpy(), want.numpy(), rtol=0, atol=1e-5)
+
+
+def test_member_envs_replay_the_contexts_of_their_seeds():
+    env = gym.make_vec("TPO/TokenReversal-v0", num_envs=6, vectorization_mode="vector_entry_point",
+                       n_members=3, sequence_length=4)
+    obs, _ = env.reset(seed=11, options={"group_size": 2})
+    obs2 = env.step(np.zeros(6, dtype=np.int64))  # the stream continues per member across resets
+    for member in range(3):
+        alone = gym.make_vec("TPO/TokenReversal-v0", num_envs=2, vectorization_mode="vector_entry_point",
+                             sequence_length=4)
+        want, _ = alone.reset(seed=11 + member, options={"group_size": 2})
+        np.testing.assert_array_equal(obs[2 * member: 2 * member + 2], want)
+        np.testing.assert_array_equal(obs2[0][2 * member: 2 * member + 2],
+                                      alone.step(np.zeros(2, dtype=np.int64))[0])
+
+
+def test_member_env_sizes_are_checked():
+    with pytest.raises(ValueError, match="n_members=4"):
+        gym.make_vec("TPO/KArmedBandit-v0", num_envs=6, vectorization_mode="vector_entry_point", n_members=4)
+    with pytest.raises(ValueError, match="group_size=2 x n_members=3"):
+        gym.make_vec("TPO/KArmedBandit-v0", num_envs=9, vectorization_mode="vector_entry_point",
+                     n_members=3, group_size=2)
+
+
+def test_member_generators_draw_as_each_member_alone():
+    log_probs = th.randn(6, 4).log_softmax(-1)
+    generators = [th.Generator().manual_seed(s) for s in (1, 2, 3)]
+    draws = multinomial_rows(log_probs, 5, generators)
+    for member, seed in enumerate((1, 2, 3)):
+        alone = th.multinomial(log_probs[2 * member: 2 * member + 2].exp(), 5, replacement=True,
+                               generator=th.Generator().manual_seed(seed))
+        assert th.equal(draws[2 * member: 2 * member + 2], alone)
+
+
+def test_normalized_step_normalises_each_member_by_its_own_norm():
+    table = th.nn.Parameter(th.zeros(2, 1, 2))
+    optimizer = NormalizedStep([table], lr=0.1, n_members=2)
+    table.grad = th.tensor([[[3.0, 4.0]], [[0.0, -2.0]]])
+    optimizer.step()
+    np.testing.assert_allclose(table.detach().numpy(), [[[-0.06, -0.08]], [[0.0, 0.1]]], atol=1e-7)
+
+
+def test_timesteps_count_each_members_interactions_and_logs_are_member_means():
+    model, errors = _run("single-tpo", seed=0, n_seeds=4, n_updates=2)
+    assert model.num_timesteps == 2 * 20  # two batches of B = 20 one-step episodes, per member
+    assert model.logged_errors == pytest.approx(errors.mean(1))
+
+
+def test_population_saves_and_loads(tmp_path):
+    model, _ = _run("mnist-tpo", seed=0, n_seeds=2, n_updates=1)
+    model.save(tmp_path / "population")
+    loaded = get_algo("tpo").load(tmp_path / "population", device="cpu")
+    assert loaded.n_seeds == 2 and loaded.policy.n_members == 2
+    for got, want in zip(loaded.policy.parameters(), model.policy.parameters(), strict=True):
+        assert th.equal(got, want)
+
+
+def test_bad_population_settings_are_one_line_errors():
+    with pytest.raises(ValueError, match="n_seeds"):
+        get_algo("tpo")("TabularPolicy", "TPO/KArmedBandit-v0", n_seeds=0, group_mode="single")
+    with pytest.raises(ValueError, match="n_members=2: .* has no populations"):
+        from agents.policies import LLMPolicy  # noqa: F401  (a policy class without populations)
+        from agents.policies.base import GroupPolicy
+
+        class Plain(GroupPolicy):
+            pass
+
+        Plain(gym.spaces.Discrete(2), gym.spaces.Discrete(2), lambda _: 0.1, n_members=2)
+    table = TabularPolicy(gym.spaces.Discrete(3), gym.spaces.Discrete(2), lambda _: 0.1, n_members=2)
+    with pytest.raises(ValueError, match="5 rows cannot be split among 2 members"):
+        table.action_log_probs(th.zeros(5, dtype=th.long))

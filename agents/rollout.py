@@ -92,6 +92,7 @@ class _StepLogProbs:
         self.policy, self.cache, self.t = policy, None, 0
         self.prompts = prompts if isinstance(policy, SequencePolicy) else None
         self.prefix: th.Tensor | None = None  # [N] index of each sequence's distinct prefix
+        self.shared = _members(policy) == 1  # a population keeps equal member-major blocks of rows
 
     def __call__(self, obs: th.Tensor, previous_actions: th.Tensor | None) -> th.Tensor:
         if self.prompts is None:
@@ -99,7 +100,7 @@ class _StepLogProbs:
         if self.cache is None:
             prompts = _as_tensor(self.prompts, self.policy.device)
             distinct, inverse = th.unique(prompts, dim=0, return_inverse=True)
-            if len(distinct) == len(prompts):  # nothing shared: decode in batch order
+            if not self.shared or len(distinct) == len(prompts):  # nothing shared: decode in batch order
                 log_probs, self.cache = self.policy.decode_start(prompts)
                 return log_probs
             self.prefix = inverse
@@ -115,6 +116,11 @@ class _StepLogProbs:
             return self.policy.decode_next(previous_actions, self.cache, t)
         self.cache, self.prefix = self.policy.select_cache(self.cache, distinct[:, 0]), inverse
         return self.policy.decode_next(distinct[:, 1], self.cache, t)[inverse]
+
+
+def _members(policy: ActionPolicy) -> int:
+    """The policy's number of members (a population's rows are member-major equal blocks)."""
+    return int(getattr(policy, "n_members", 1))
 
 
 def _as_tensor(x: np.ndarray, device: th.device) -> th.Tensor:
@@ -271,9 +277,11 @@ def episode_log_probs(policy: ActionPolicy, episodes: Episodes | TokenGroups) ->
 
     A :class:`SequencePolicy` (the transformer) re-scores each distinct sequence with one
     teacher-forced forward (exact under the causal mask), encoding a prompt shared by several
-    sequences once; others re-score the recorded observations.
+    sequences once (a population: every sequence in batch order); others re-score the observations.
     """
     if episodes.prompts is not None and isinstance(policy, SequencePolicy):
+        if _members(policy) > 1:  # rows stay member-major: no sharing across or within members
+            return policy.completion_log_probs(episodes.prompts, episodes.actions)
         rows, inverse = distinct_sequences(episodes)
         horizon = episodes.prompts.shape[1]
         prompts, owner = th.unique(rows[:, :horizon], dim=0, return_inverse=True)

@@ -21,6 +21,15 @@ POPULATION = dict(learning_rate=0.1, batch_size=100, n_epochs=1, group_mode="pop
                   policy_kwargs={"init": "normal"})
 MNIST = dict(learning_rate=1e-3, batch_size=8, group_mode="single")
 ARMS, CONTEXTS = {"n_arms": 10}, {"n_contexts": 12, "n_arms": 5}
+TOKENS = {"sequence_length": 4, "vocab_size": 3, "reward": "bag_of_tokens"}
+TERMINAL = {"sequence_length": 3, "vocab_size": 2, "reward": "terminal"}
+SMALL = dict(learning_rate=1e-3, batch_size=4, group_size=4, n_epochs=2,
+             policy_kwargs={"d_model": 16, "n_layers": 1})
+REVERSAL, TRANSFORMER = "TPO/TokenReversal-v0", "TransformerPolicy"
+#: The attention key bias adds the same q.b to every logit of a query, so its gradient is zero in exact
+#: arithmetic: Muon orthogonalizes the rounding noise there into a full-size step that differs between
+#: any two summation orders. It changes no output; it is left out of the comparisons.
+NOISE_ONLY = {"model.layers.0.attn.key.bias"}
 
 #: id -> (algo, env id, env kwargs, policy, algorithm kwargs)
 CASES = {
@@ -35,6 +44,12 @@ CASES = {
     "mnist-group-pg": ("group_pg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
     "mnist-ppo": ("ppo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", MNIST),
     "mnist-ce": ("ce", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "group_mode": "population"}),
+    **{f"token-{algo}": (algo, REVERSAL, TOKENS, TRANSFORMER, {**SMALL, "group_mode": "token"})
+       for algo in ("tpo", "grpo_masked", "group_pg")},
+    **{f"token-single-{algo}": (algo, REVERSAL, TOKENS, TRANSFORMER, {**SMALL, "group_mode": "single"})
+       for algo in ("ppo", "dg", "grpo")},
+    **{f"sequence-{algo}": (algo, REVERSAL, TERMINAL, TRANSFORMER, {**SMALL, "group_mode": "sequence"})
+       for algo in ("tpo", "grpo")},
 }
 
 
@@ -69,14 +84,21 @@ def _run(case: str, seed: int, n_seeds: int, n_updates: int = 3):
 def _member_parameters(model, member: int, grad: bool = False) -> list[th.Tensor]:
     """Member ``member``'s parameters (or gradients): [in, out] kernels and [1, out] biases, or the table."""
     policy = model.policy
-    tensors = ([t for pair in zip(policy.kernels, policy.biases, strict=True) for t in pair]
-               if hasattr(policy, "kernels") else [policy.logits])
+    if hasattr(policy, "model"):
+        tensors = [p for name, p in policy.named_parameters() if name not in NOISE_ONLY]
+    elif hasattr(policy, "kernels"):
+        tensors = [t for pair in zip(policy.kernels, policy.biases, strict=True) for t in pair]
+    else:
+        tensors = [policy.logits]
     return [(t.grad if grad else t.detach())[member] for t in tensors]
 
 
 def _single_parameters(model, grad: bool = False) -> list[th.Tensor]:
     """The same of a one-member run."""
     policy = model.policy
+    if hasattr(policy, "model"):
+        named = policy.named_parameters()
+        return [(p.grad if grad else p.detach()) for name, p in named if name not in NOISE_ONLY]
     if not hasattr(policy, "net"):
         return [(policy.logits.grad if grad else policy.logits.detach())]
     out = []
@@ -98,7 +120,8 @@ def test_member_equals_the_run_with_its_seed(case):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["single-tpo", "population-dg", "mnist-tpo", "mnist-grpo-2-epochs"])
+@pytest.mark.parametrize("case", ["single-tpo", "population-dg", "mnist-tpo", "mnist-grpo-2-epochs",
+                                  "token-tpo", "token-single-ppo", "sequence-grpo"])
 def test_first_update_loss_and_gradient_are_each_members_own(case):
     """The population's loss is the members' mean; its gradient on member m is that of the run with
     seed m (losses are summed over members)."""

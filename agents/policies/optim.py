@@ -88,34 +88,39 @@ def newton_schulz(
     eps: float = 1e-8,
     coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
 ) -> Tensor:
-    """Approximate orthogonalization of a 2-D tensor (optax ``orthogonalize_via_newton_schulz``).
+    """Approximate orthogonalization of a 2-D tensor (optax ``orthogonalize_via_newton_schulz``); a
+    ``[S, rows, cols]`` tensor is S matrices, each orthogonalized on its own (batched matmuls).
 
     ``X`` is transposed if it has more rows than columns, divided by ``||X||_F + eps``, iterated
     ``steps`` times as ``A = X X^T; X <- a X + (b A + c A^2) X``, and transposed back.
     """
-    if x.ndim != 2:
-        raise ValueError(f"newton_schulz needs a 2-D tensor, got shape {tuple(x.shape)}")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"newton_schulz needs a 2-D tensor (or [S, rows, cols]), got shape {tuple(x.shape)}")
     a, b, c = coefficients
-    transpose = x.shape[0] > x.shape[1]
+    transpose = x.shape[-2] > x.shape[-1]
     if transpose:
-        x = x.T
-    x = x / (torch.linalg.matrix_norm(x) + eps)
+        x = x.mT
+    norm = torch.linalg.matrix_norm(x) if x.ndim == 2 else torch.linalg.matrix_norm(x, keepdim=True)
+    x = x / (norm + eps)
     for _ in range(steps):
-        gram = x @ x.T
+        gram = x @ x.mT
         x = a * x + (b * gram + c * (gram @ gram)) @ x
-    return x.T if transpose else x
+    return x.mT if transpose else x
 
 
 def split_muon_adam(
     params: Iterable[Any],
     is_muon: Callable[[str, Tensor], bool] | None = None,
+    n_members: int = 1,
 ) -> list[dict[str, Any]]:
     """Partition parameters into a ``kind="muon"`` group and a ``kind="adam"`` group.
 
     ``params`` holds tensors or ``(name, tensor)`` pairs (as ``module.named_parameters()``). The default
-    rule is optax's: exactly 2-D arrays go to Muon, everything else to Adam. Empty groups are dropped.
+    rule is optax's: exactly 2-D arrays go to Muon, everything else to Adam (with ``n_members > 1``, the
+    shape after the leading member axis). Empty groups are dropped.
     """
-    rule = is_muon if is_muon is not None else (lambda _name, p: p.ndim == 2)
+    member_axes = int(n_members > 1)
+    rule = is_muon if is_muon is not None else (lambda _name, p: p.ndim - member_axes == 2)
     groups: dict[str, dict[str, list[Any]]] = {
         "muon": {"params": [], "param_names": []},
         "adam": {"params": [], "param_names": []},
@@ -171,6 +176,8 @@ class MuonAdam(Optimizer):
     :param adam_eps_root: epsilon inside the square root
     :param adam_nesterov: Nesterov momentum for the Adam part
     :param adam_weight_decay: decoupled weight decay of the Adam part
+    :param n_members: the parameters hold S independent members on their leading axis (a population):
+        Muon orthogonalizes each member's matrix on its own; Adam is elementwise anyway
     """
 
     def __init__(
@@ -189,9 +196,11 @@ class MuonAdam(Optimizer):
         adam_eps_root: float = 0.0,
         adam_nesterov: bool = True,
         adam_weight_decay: float = 0.0,
+        n_members: int = 1,
     ) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
+        self.n_members = n_members
         params = list(params)
         if params and isinstance(params[0], dict):
             groups = params
@@ -199,7 +208,7 @@ class MuonAdam(Optimizer):
                 if group.get("kind") not in ("muon", "adam"):
                     raise ValueError("every explicit parameter group needs kind='muon' or kind='adam'")
         else:
-            groups = split_muon_adam(params)
+            groups = split_muon_adam(params, n_members=n_members)
         adam_lr = lr if adam_lr is None else adam_lr
         for group in groups:
             if group["kind"] == "adam" and "lr" not in group:
@@ -220,10 +229,11 @@ class MuonAdam(Optimizer):
             "step": 0,
         }
         super().__init__(groups, defaults)
+        matrix_dims = 2 + int(n_members > 1)
         for group in self.param_groups:
             if group["kind"] == "muon":
                 for p in group["params"]:
-                    if p.ndim != 2:
+                    if p.ndim != matrix_dims:
                         raise ValueError(f"Muon parameters must be 2-D, got shape {tuple(p.shape)}")
 
     @torch.no_grad()
@@ -263,7 +273,7 @@ class MuonAdam(Optimizer):
             else:
                 m_hat = m / (1.0 - beta**t)
             x = newton_schulz(m_hat, group["ns_steps"], group["eps"], group["ns_coefficients"])
-            fan_in, fan_out = p.shape
+            fan_in, fan_out = p.shape[-2:]
             x = x * math.sqrt(max(1.0, fan_out / fan_in))
             if group["weight_decay"]:
                 x = x + group["weight_decay"] * p

@@ -21,6 +21,10 @@ parameter                                  shape               optimizer
 ``*.ln*.{scale,bias}``, ``ln_f.*``          (d,)                Adam
 ``head.kernel`` / ``head.bias``            (d, V) / (V,)       Muon / Adam
 =========================================  ==================  =========
+
+Populations (``n_members = S``): every parameter gets a leading member axis and every layer with
+parameters applies member m's to rows ``m*N/S .. (m+1)*N/S - 1`` of a member-major batch (batched
+matmuls); attention itself has no parameters and runs on all rows at once.
 """
 
 from __future__ import annotations
@@ -40,6 +44,15 @@ from .optim import MuonAdam
 __all__ = ["CausalTransformer", "TransformerSoftmaxPolicy"]
 
 
+def linear(x: Tensor, kernel: Tensor, bias: Tensor) -> Tensor:
+    """``x [M, in] @ kernel + bias``; a member-stacked ``kernel [S, in, out]`` and ``bias [S, out]`` apply
+    member m's to the m-th of S equal blocks of rows."""
+    if kernel.dim() == 2:
+        return torch.addmm(bias, x, kernel)
+    members = kernel.shape[0]
+    return torch.baddbmm(bias.unsqueeze(1), x.reshape(members, -1, x.shape[-1]), kernel).reshape(len(x), -1)
+
+
 class Dense(nn.Module):
     """``x @ kernel + bias`` with a flax-layout kernel ``(in, out)``; LeCun-normal kernel, zero bias."""
 
@@ -49,7 +62,7 @@ class Dense(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features))
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.kernel).reshape(*x.shape[:-1], -1)
+        return linear(x.reshape(-1, x.shape[-1]), self.kernel, self.bias).reshape(*x.shape[:-1], -1)
 
 
 class LayerNorm(nn.Module):
@@ -62,7 +75,12 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, (x.shape[-1],), self.scale, self.bias, self.eps)
+        d = x.shape[-1]
+        if self.scale.dim() == 1:
+            return F.layer_norm(x, (d,), self.scale, self.bias, self.eps)
+        members = self.scale.shape[0]
+        y = F.layer_norm(x, (d,), eps=self.eps).reshape(members, -1, d)
+        return (y * self.scale.unsqueeze(1) + self.bias.unsqueeze(1)).reshape(x.shape)
 
 
 class HeadProjection(nn.Module):
@@ -94,18 +112,18 @@ class MultiHeadAttention(nn.Module):
 
     def qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Projections of ``x [..., d]`` to three ``[..., heads, d_head]`` tensors (one matmul)."""
-        d = x.shape[-1]
-        kernel = torch.cat([p.kernel.reshape(d, -1) for p in (self.query, self.key, self.value)], dim=1)
-        bias = torch.cat([p.bias.reshape(-1) for p in (self.query, self.key, self.value)])
-        y = torch.addmm(bias, x.reshape(-1, d), kernel)
+        d, parts = x.shape[-1], (self.query, self.key, self.value)
+        kernel = torch.cat([p.kernel.reshape(*p.kernel.shape[:-2], -1) for p in parts], dim=-1)
+        bias = torch.cat([p.bias.reshape(*p.bias.shape[:-2], -1) for p in parts], dim=-1)
+        y = linear(x.reshape(-1, d), kernel, bias)
         y = y.reshape(*x.shape[:-1], 3, self.n_heads, self.head_dim)
         return y.unbind(dim=-3)
 
     def project_out(self, o: Tensor) -> Tensor:
         """``einsum('...hk,hkd->...d', o, out.kernel) + out.bias``."""
-        flat = o.reshape(-1, self.n_heads * self.head_dim)
-        kernel = self.out.kernel.reshape(self.n_heads * self.head_dim, -1)
-        return torch.addmm(self.out.bias, flat, kernel).reshape(*o.shape[:-2], -1)
+        width = self.n_heads * self.head_dim
+        kernel = self.out.kernel.reshape(*self.out.kernel.shape[:-3], width, -1)
+        return linear(o.reshape(-1, width), kernel, self.out.bias).reshape(*o.shape[:-2], -1)
 
     def forward(self, x: Tensor) -> Tensor:
         """Full causal attention over ``x [N, T, d]``."""
@@ -216,8 +234,15 @@ class CausalTransformer(nn.Module):
         self.head = Dense(d_model, vocab_size)
 
     def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
-        positions = self.position_embedding[start : start + tokens.shape[1]]
-        return F.embedding(tokens, self.token_embedding) + positions
+        if self.token_embedding.dim() == 2:
+            positions = self.position_embedding[start : start + tokens.shape[1]]
+            return F.embedding(tokens, self.token_embedding) + positions
+        members, vocab, d = self.token_embedding.shape
+        n, length = tokens.shape
+        offsets = torch.arange(n, device=tokens.device).div(n // members, rounding_mode="floor") * vocab
+        x = F.embedding(tokens + offsets.unsqueeze(1), self.token_embedding.reshape(members * vocab, d))
+        positions = self.position_embedding[:, start : start + length].unsqueeze(1)
+        return (x.reshape(members, -1, length, d) + positions).reshape(n, length, d)
 
     def output(self, h: Tensor) -> Tensor:
         """Final LayerNorm, head and log_softmax on hidden states ``[..., d]``."""
@@ -281,7 +306,11 @@ class TransformerSoftmaxPolicy(GroupPolicy):
     :param ffn_mult: FFN width multiplier (4)
     :param optimizer_class: optimizer class (default :class:`MuonAdam` on the flax partition)
     :param optimizer_kwargs: extra optimizer keyword arguments
+    :param n_members: S independent transformers (see :class:`GroupPolicy` and the module docstring);
+        Muon orthogonalizes each member's matrices on its own
     """
+
+    supports_members = True
 
     def __init__(
         self,
@@ -295,6 +324,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = False,
+        n_members: int = 1,
     ) -> None:
         super().__init__(
             observation_space,
@@ -303,6 +333,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
             optimizer_class=optimizer_class,
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=normalize_images,
+            n_members=n_members,
         )
         if not isinstance(observation_space, spaces.MultiDiscrete) or len(observation_space.shape) != 1:
             raise ValueError(
@@ -316,10 +347,24 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         self.pad_token = self.vocab_size
         self.model_kwargs = dict(d_model=d_model, n_heads=n_heads, n_layers=n_layers, ffn_mult=ffn_mult)
         self.model = CausalTransformer(self.vocab_size, 2 * self.horizon, **self.model_kwargs)
+        if n_members > 1:  # every parameter stacked on a leading member axis, filled by load_members
+            for module in self.model.modules():
+                for name, p in list(module.named_parameters(recurse=False)):
+                    setattr(module, name, nn.Parameter(p.detach().expand(n_members, *p.shape).clone()))
         self._build_optimizer()
 
     def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        return MuonAdam(self.named_parameters(), lr=lr, **self.optimizer_kwargs)
+        return MuonAdam(self.named_parameters(), lr=lr, n_members=self.n_members, **self.optimizer_kwargs)
+
+    def _load_member(self, member: int, policy: GroupPolicy) -> None:
+        for name, p in self.named_parameters():
+            p[member].copy_(policy.get_parameter(name))
+
+    def member_log_probs(self, obs: PyTorchObs) -> Tensor:
+        assert isinstance(obs, Tensor)
+        tokens = obs.reshape(-1, 2 * self.horizon)
+        log_probs = self.action_log_probs(tokens.repeat(self.n_members, 1))
+        return log_probs.reshape(self.n_members, len(tokens), -1)
 
     # ----------------------------------------------------------------- log-probs
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
@@ -396,7 +441,8 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         """Ancestral sampling at temperature 1 of H tokens per prompt.
 
         :param prompts: ``[N, H]`` token ids
-        :param generator: optional torch generator for the draws (on the policy's device)
+        :param generator: optional torch generator for the draws (on the policy's device; default:
+            the members' generators, or torch's global one)
         :param use_cache: incremental decoding with a KV cache (exact); ``False`` reruns the full
             forward on the 2H buffer each step, as the reference does
         :return: ``(completions [N, H] int64, log_probs [N, H, V])`` where ``log_probs[:, t]`` is the
@@ -404,6 +450,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         """
         prompts = prompts.to(self.device).long()
         N, H = prompts.shape
+        generators = self.member_generators if generator is None else [generator]
         completions = torch.zeros(N, H, dtype=torch.long, device=prompts.device)
         log_probs = torch.empty(N, H, self.vocab_size, device=prompts.device)
         if use_cache:
@@ -411,7 +458,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
             step_log_probs = self.model.forward_cached(prompts, cache, 0)[:, -1]
             for t in range(H):
                 log_probs[:, t] = step_log_probs
-                token = sample_categorical(step_log_probs, None if generator is None else [generator])
+                token = sample_categorical(step_log_probs, generators)
                 completions[:, t] = token
                 if t + 1 < H:
                     step_log_probs = self.model.forward_cached(token[:, None], cache, H + t)[:, 0]
@@ -420,7 +467,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
             for t in range(H):
                 step_log_probs = self.model(buffer[:, : H + t])[:, -1]
                 log_probs[:, t] = step_log_probs
-                token = sample_categorical(step_log_probs, None if generator is None else [generator])
+                token = sample_categorical(step_log_probs, generators)
                 completions[:, t] = token
                 buffer[:, H + t] = token
         return completions, log_probs

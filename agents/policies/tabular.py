@@ -87,7 +87,8 @@ class TabularSoftmaxPolicy(GroupPolicy):
         contexts = self.context_index(obs)
         if self.n_members == 1:
             return torch.log_softmax(self.logits[contexts], dim=-1)
-        return torch.log_softmax(self.logits[self.member_index(len(contexts)), contexts], dim=-1)
+        # each member's table is normalised once, then its rows gathered (rows repeat contexts)
+        return torch.log_softmax(self.logits, dim=-1)[self.member_index(len(contexts)), contexts]
 
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:
         table = self.logits if self.n_members > 1 else self.logits.unsqueeze(0)

@@ -218,3 +218,11 @@ def test_bad_population_settings_are_one_line_errors():
     table = TabularPolicy(gym.spaces.Discrete(3), gym.spaces.Discrete(2), lambda _: 0.1, n_members=2)
     with pytest.raises(ValueError, match="5 rows cannot be split among 2 members"):
         table.action_log_probs(th.zeros(5, dtype=th.long))
+
+
+def test_twenty_seed_final_errors_equal_the_per_seed_runs():
+    """The distribution of final errors over 20 seeds is that of 20 separate runs (here: seed by seed)."""
+    population, errors = _run("population-tpo", seed=0, n_seeds=20, n_updates=15)
+    singles = np.array([_run("population-tpo", seed=s, n_seeds=1, n_updates=15)[1][-1, 0] for s in range(20)])
+    np.testing.assert_allclose(errors[-1], singles, rtol=0, atol=1e-6)
+    assert errors[-1].std() > 0  # 20 different learners, not one copied

@@ -6,9 +6,16 @@ and its ``rollout/`` metrics are recorded, before the update (``before_update``)
 ``_on_rollout_start`` or ``_on_training_end`` fires after the update (``after_update``), when the
 ``train/`` diagnostics of that update are in ``model.logger.name_to_value``.
 
+A model of S members (``n_seeds=S``: S seeds trained together as one population) gets one row per
+update and member, member m's as the run with seed ``seed + m`` records it: ``arrays(member=m)`` gives
+member m's curves in the format of a single run, ``member_arrays()`` those of every member. Its
+``rollout/`` values come from ``model.member_rollout``; its ``train/`` diagnostics are not recorded
+(the logger holds only the members' means of them).
+
 * ``CurveRecorder``: the training-batch error ``rollout/task_error`` (Sec. 3.4) as ``error``, the other
   ``rollout/`` metrics, every ``train/`` diagnostic (grad_norm, all_fail_frac, q_mass_winners, ...) and
-  ``all_fail``: the all-fail group fraction (grouped methods) or 1 - success rate (PPO/DG), Fig. 12.
+  ``all_fail``: the all-fail group fraction (grouped methods, single runs only) or 1 - success rate
+  (PPO/DG), Fig. 12.
 * ``TabularSingleRecorder``: ``error`` = 1 - pi(y*) before the update, ``misalignment`` = 1 - cos(Delta z,
   pi_y (e_y - pi)) with Delta z the change of the logit table in the update (Sec. 3.1, Fig. 3).
 * ``TabularMultiRecorder``: ``error`` = 1 - mean_n pi_n(y_n) after the update, ``misalignment`` to the CE
@@ -34,16 +41,27 @@ ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean", "rollout/mean_sco
                 "rollout/completion_length", "rollout/effective_group_size", "rollout/logscore_spread",
                 "time/generation_tokens_per_s")
 MECHANISM_ALGOS = ("pg", "dg", "tpo", "grpo", "group_pg")
+EVAL_ROWS = 2**16
+"""Member x image rows of one forward pass of the MNIST test-set evaluation (bounds its memory)."""
+
+Row = dict[str, np.ndarray]
+"""One update's values: key -> ``[S]`` float64, one value per member."""
 
 
 class CurveRecorder(BaseCallback):
-    """Record per-update curves (never stops training)."""
+    """Record per-update curves of every member (never stops training)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.rows: list[dict[str, float]] = []
-        self.evals: dict[str, list[Any]] = defaultdict(list)
+        self.rows: list[Row] = []
+        self.evals: defaultdict[str, list[np.ndarray]] = defaultdict(list)
+        """key -> one ``[S, ...]`` array per evaluation."""
         self._pending = False
+
+    @property
+    def n_members(self) -> int:
+        """S, the seeds the model trains together (1 for a single run)."""
+        return self.model.n_seeds
 
     @property
     def updates_done(self) -> int:
@@ -54,12 +72,25 @@ class CurveRecorder(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
-        values = self.model.logger.name_to_value
-        row = {"error": float(values["rollout/task_error"])}
-        row.update({key: float(values[key]) for key in ROLLOUT_KEYS if key in values})
+        row = self._rollout_row()
         self.rows.append(row)
         self._pending = True
         self.before_update(row)
+
+    def _rollout_row(self) -> Row:
+        """``error`` (the batch's ``rollout/task_error``) and the other ``rollout/`` metrics of each member:
+        the logger's values for a single run, ``model.member_rollout`` for several members."""
+        if self.n_members == 1:
+            values = self.model.logger.name_to_value
+            row = {"error": np.array([float(values["rollout/task_error"])])}
+            row.update({key: np.array([float(values[key])]) for key in ROLLOUT_KEYS if key in values})
+            return row
+        member = self.model.member_rollout
+        names = {key: key.removeprefix("rollout/") for key in ROLLOUT_KEYS}
+        row = {"error": np.asarray(member["task_error"], dtype=np.float64)}
+        row.update({key: np.asarray(member[name], dtype=np.float64) for key, name in names.items()
+                    if name in member})
+        return row
 
     def _on_rollout_start(self) -> None:
         self._finish_update()
@@ -72,38 +103,55 @@ class CurveRecorder(BaseCallback):
             return
         self._pending = False
         row = self.rows[-1]
-        for key, value in self.model.logger.name_to_value.items():
-            if (key.startswith("train/") and key != "train/n_updates") or key == "time/train_tokens_per_s":
-                row[key] = float(value)
+        values = self.model.logger.name_to_value
+        if self.n_members == 1:  # with several members the logger holds only their means
+            row.update({key: np.array([float(value)]) for key, value in values.items()
+                        if (key.startswith("train/") and key != "train/n_updates")
+                        or key == "time/train_tokens_per_s"})
         if "train/all_fail_frac" in row:
             row["all_fail"] = row["train/all_fail_frac"]
-        elif "rollout/success_rate" in row:
+        elif "rollout/success_rate" in row and "train/all_fail_frac" not in values:
             row["all_fail"] = 1.0 - row["rollout/success_rate"]
         self.after_update(row)
 
     # hooks -----------------------------------------------------------------------------------
-    def before_update(self, row: dict[str, float]) -> None:
+    def before_update(self, row: Row) -> None:
         """Called with the new row when a batch is collected; the policy is not updated yet."""
 
-    def after_update(self, row: dict[str, float]) -> None:
+    def after_update(self, row: Row) -> None:
         """Called once the update of ``row``'s batch is done."""
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """``update/<key>`` [n_updates] (NaN where an update lacks the key) and ``eval/<key>`` arrays."""
+    def member_arrays(self) -> list[dict[str, np.ndarray]]:
+        """Each member's curves as a single run with its seed records them: ``update/<key>`` [n_updates]
+        (NaN where an update lacks the key) and ``eval/<key>`` [n_evaluations, ...]."""
         keys = sorted({key for row in self.rows for key in row})
-        out = {f"update/{k}": np.array([row.get(k, np.nan) for row in self.rows], dtype=np.float64)
-               for k in keys}
-        out.update({f"eval/{k}": np.asarray(v, dtype=np.float64) for k, v in self.evals.items()})
-        return out
+        missing = np.full(self.n_members, np.nan)
+        updates = {k: np.stack([row.get(k, missing) for row in self.rows], dtype=np.float64) for k in keys}
+        evals = {k: np.asarray(v, dtype=np.float64) for k, v in self.evals.items()}
+        return [{**{f"update/{k}": v[:, m] for k, v in updates.items()},
+                 **{f"eval/{k}": v[:, m] for k, v in evals.items()}} for m in range(self.n_members)]
+
+    def arrays(self, member: int = 0) -> dict[str, np.ndarray]:
+        """Member ``member``'s curves (``member_arrays``); a single run's for a single run."""
+        return self.member_arrays()[member]
 
 
-def _table(model: Any) -> th.Tensor:
-    return model.policy.logits.detach().double().clone()
+def _tables(model: Any) -> th.Tensor:
+    """A copy of every member's logit table in float64, ``[S, n_contexts, n_actions]``."""
+    table = model.policy.logits.detach().double().clone()
+    return table.reshape(model.n_seeds, *table.shape[-2:])
 
 
-def _misalignment(g1: th.Tensor | np.ndarray, g2: th.Tensor | np.ndarray) -> float:
-    """``agents.losses.cosine_misalignment`` (1 - cos, the reference's 1e-12 guards) in float64."""
-    return float(cosine_misalignment(th.as_tensor(g1, dtype=th.float64), th.as_tensor(g2, dtype=th.float64)))
+def _misalignment(g1: np.ndarray, g2: np.ndarray) -> np.ndarray:
+    """1 - cos(g1[m], g2[m]) of each member m (leading axis, the rest flattened) in float64, with the
+    1e-12 guards of ``agents.losses.cosine_misalignment``: that function itself for one member (a single
+    run records the same values to the bit as before populations), its formula vectorised for several."""
+    if len(g1) == 1:
+        return np.array([float(cosine_misalignment(th.as_tensor(g1, dtype=th.float64),
+                                                   th.as_tensor(g2, dtype=th.float64)))])
+    g1, g2 = g1.reshape(len(g1), -1), g2.reshape(len(g2), -1)
+    norms = np.sqrt(np.einsum("sn,sn->s", g1, g1) + 1e-12) * np.sqrt(np.einsum("sn,sn->s", g2, g2) + 1e-12)
+    return 1 - np.einsum("sn,sn->s", g1, g2) / norms
 
 
 def _correct_arms(model: Any, n_contexts: int) -> np.ndarray:
@@ -117,34 +165,45 @@ def _correct_arms(model: Any, n_contexts: int) -> np.ndarray:
 class TabularSingleRecorder(CurveRecorder):
     """Single-context bandit (Fig. 3): error before the update and misalignment to the exact gradient."""
 
-    def before_update(self, row: dict[str, float]) -> None:
-        self._before = _table(self.model)
-        pi = th.softmax(self._before[0], -1).numpy()
+    def before_update(self, row: Row) -> None:
+        self._before = _tables(self.model)
+        pi = th.softmax(self._before[:, 0], -1).numpy()
         y = int(_correct_arms(self.model, 1)[0])
         row["batch_error"] = row["error"]
-        row["error"] = 1.0 - float(pi[y])
-        self._oracle = pi[y] * (np.eye(len(pi))[y] - pi)
+        row["error"] = 1.0 - pi[:, y]
+        self._oracle = pi[:, y:y + 1] * (np.eye(pi.shape[1])[y] - pi)
 
-    def after_update(self, row: dict[str, float]) -> None:
-        delta = (_table(self.model) - self._before)[0].numpy()
+    def after_update(self, row: Row) -> None:
+        delta = (_tables(self.model) - self._before)[:, 0].numpy()
         row["misalignment"] = _misalignment(delta, self._oracle)
 
 
 class TabularMultiRecorder(CurveRecorder):
     """Multi-context bandit (Fig. 4): error after the update and misalignment to the CE direction."""
 
-    def before_update(self, row: dict[str, float]) -> None:
-        self._before = _table(self.model)
-        pi = th.softmax(self._before, -1).numpy()
-        self._labels = _correct_arms(self.model, len(pi))
-        self._ce = np.eye(pi.shape[1])[self._labels] - pi
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: tuple[th.Tensor, np.ndarray] | None = None
+
+    def _probs(self, table: th.Tensor) -> np.ndarray:
+        """softmax(``table``) over the arms; the last table's is reused (the table after an update is
+        the one before the next: one softmax per update)."""
+        if self._last is None or not th.equal(self._last[0], table):
+            self._last = (table, th.softmax(table, -1).numpy())
+        return self._last[1]
+
+    def before_update(self, row: Row) -> None:
+        self._before = _tables(self.model)
+        pi = self._probs(self._before)
+        self._labels = _correct_arms(self.model, pi.shape[1])
+        self._ce = np.eye(pi.shape[2])[self._labels] - pi
         row["batch_error"] = row.pop("error")
 
-    def after_update(self, row: dict[str, float]) -> None:
-        after = _table(self.model)
-        pi = th.softmax(after, -1).numpy()
-        row["error"] = 1.0 - float(pi[np.arange(len(pi)), self._labels].mean())
-        row["misalignment"] = _misalignment(after - self._before, self._ce)
+    def after_update(self, row: Row) -> None:
+        after = _tables(self.model)
+        pi = self._probs(after)
+        row["error"] = 1.0 - pi[:, np.arange(pi.shape[1]), self._labels].mean(1)
+        row["misalignment"] = _misalignment((after - self._before).numpy(), self._ce)
 
 
 class MNISTRecorder(CurveRecorder):
@@ -161,18 +220,28 @@ class MNISTRecorder(CurveRecorder):
         self.mechanism_algo = mechanism_algo if mechanism_algo in MECHANISM_ALGOS else None
         self.eta = eta
 
-    def after_update(self, row: dict[str, float]) -> None:
+    def after_update(self, row: Row) -> None:
         done = self.updates_done
         if done % self.eval_every:
             return
-        with th.no_grad():
-            log_probs = self.model.policy.action_log_probs(self.images.to(self.model.device)).cpu()
-        self.evals["x"].append(done - self.eval_every)
-        self.evals["error"].append(float((log_probs.argmax(-1).numpy() != self.labels).mean()))
+        log_probs = self._test_log_probs()
+        self.evals["x"].append(np.full(self.n_members, done - self.eval_every))
+        self.evals["error"].append((log_probs.argmax(-1).numpy() != self.labels).mean(1))
         if self.mechanism_algo is not None:
-            stats = mechanism(log_probs.double().exp().numpy(), self.labels, self.mechanism_algo, self.eta)
-            for key, value in stats.items():
-                self.evals[f"mechanism_{key}"].append(value)
+            stats = [mechanism(member.double().exp().numpy(), self.labels, self.mechanism_algo, self.eta)
+                     for member in log_probs]
+            for key in stats[0]:
+                self.evals[f"mechanism_{key}"].append(np.stack([s[key] for s in stats]))
+
+    def _test_log_probs(self) -> th.Tensor:
+        """Every member's log-probabilities of the test images, ``[S, n_images, n_classes]``, computed
+        in chunks of at most ``EVAL_ROWS`` member x image rows."""
+        step = max(1, EVAL_ROWS // self.n_members)
+        policy, device = self.model.policy, self.model.device
+        with th.no_grad():
+            parts = [policy.member_log_probs(self.images[i:i + step].to(device)).cpu()
+                     for i in range(0, len(self.images), step)]
+        return th.cat(parts, 1)
 
 
 RECORDERS: dict[str, type[CurveRecorder]] = {

@@ -1,10 +1,14 @@
-"""``python -m experiments.run <experiment> [--smoke] [--n-seeds N] [--n-jobs J] [--episodes N]
-[--algorithms a,b] [--variants v,w] [--out results/]``: run the seeds of one experiment of the paper.
+"""``python -m experiments.run <experiment> [--smoke] [--n-seeds N] [--n-jobs J] [--members-per-process N]
+[--episodes N] [--algorithms a,b] [--variants v,w] [--out results/]``: run the seeds of one experiment of
+the paper.
 
 Per-seed curves go to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz``; a seed already finished
 with the same settings is not rerun, so an interrupted command resumes where it stopped. ``--smoke``
 runs the small size (default out ``results/smoke``); ``--episodes`` sets the number of updates
 (episodes on token tasks, steps on the bandits and MNIST). ``all`` runs every experiment in turn.
+``--members-per-process`` caps the consecutive seeds of one run that one process trains together as one
+model (``experiments.runner``: where the policy has populations and the experiment reads no per-seed
+``train/`` diagnostics); ``--dry-run`` lists the jobs, one process each.
 """
 
 from __future__ import annotations
@@ -13,12 +17,20 @@ import argparse
 import sys
 
 from experiments.definitions import EXPERIMENTS, get_experiment
-from experiments.runner import plan, run_tasks
+from experiments.runner import MEMBERS_PER_PROCESS, Task, describe, plan, plan_jobs, run_tasks, unfinished
 
 
 def default_out(smoke: bool) -> str:
     """``results/smoke`` for smoke runs, ``results`` otherwise."""
     return "results/smoke" if smoke else "results"
+
+
+def _positive(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _list(text: str | None) -> list[str] | None:
@@ -32,11 +44,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="the few-minutes size")
     parser.add_argument("--n-seeds", type=int, help="seeds 0..N-1 (default: the experiment's)")
     parser.add_argument("--n-jobs", type=int, default=1, help="processes (default 1)")
+    parser.add_argument("--members-per-process", type=_positive, default=MEMBERS_PER_PROCESS,
+                        help="at most this many consecutive seeds of one run train together as one "
+                             "model in one process, where its policy has populations (supports_members) "
+                             "and the experiment reads no per-seed train/ diagnostics "
+                             f"(default {MEMBERS_PER_PROCESS}; 1: one seed per process)")
     parser.add_argument("--episodes", type=int, help="updates per run (episodes or steps)")
     parser.add_argument("--algorithms", help="comma-separated zoo names (default: the experiment's)")
     parser.add_argument("--variants", help="comma-separated variants (default: all)")
     parser.add_argument("--out", help="results folder (default results/, or results/smoke with --smoke)")
-    parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    parser.add_argument("--dry-run", action="store_true", help="list the jobs (batched seeds) and exit")
     return parser.parse_args(argv)
 
 
@@ -56,16 +73,26 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"== {name} ({experiment.paper}): {len(tasks)} seeds -> {out}/{name}", flush=True)
         if args.dry_run:
-            for task in tasks:
-                print(f"  {task.path}  {task.spec.algo} {task.spec.env_id} {task.spec.env_kwargs} "
-                      f"{task.spec.kwargs} updates={task.spec.n_updates}")
+            _print_jobs(tasks, args.members_per_process)
             continue
-        summary = run_tasks(tasks, args.n_jobs)
+        summary = run_tasks(tasks, args.n_jobs, members_per_process=args.members_per_process)
         failed += len(summary["failed"])
         print(f"== {name}: ran {summary['ran']}, skipped {summary['skipped']}, failed "
               f"{len(summary['failed'])}; wall {summary['wall_s']:.1f}s, "
               f"sum of run times {summary['cpu_s']:.1f}s", flush=True)
     return 1 if failed else 0
+
+
+def _print_jobs(tasks: list[Task], members_per_process: int) -> None:
+    """The jobs that would run the unfinished ``tasks``, one line each."""
+    todo = unfinished(tasks)
+    jobs = plan_jobs(todo, members_per_process)
+    print(f"  {len(tasks) - len(todo)} seeds finished; {len(todo)} to run as {len(jobs)} job(s), "
+          "one process each:")
+    for job in jobs:
+        spec = job[0].spec
+        print(f"  {describe(job)}  {spec.algo} {spec.env_id} {spec.env_kwargs} {spec.kwargs} "
+              f"updates={spec.n_updates}")
 
 
 if __name__ == "__main__":

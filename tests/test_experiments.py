@@ -28,7 +28,7 @@ from experiments.metrics import (
 )
 from experiments.recorders import CurveRecorder, MNISTRecorder, TabularMultiRecorder, TabularSingleRecorder
 from experiments.report import DAGGER_LEGEND, Runs, load_runs, markdown_table, report, summarize
-from experiments.runner import Task, build_model, plan, run_task, run_tasks
+from experiments.runner import Task, build_model, plan, run_job, run_tasks
 
 th.set_num_threads(1)
 
@@ -239,8 +239,8 @@ def test_runner_trains_exactly_n_updates_with_learn_n_iterations(tmp_path, monke
     spec = get_experiment("tabular_single").build(3, True)["K100"]["pg"]
     calls = []
 
-    def spy(spec, seed):
-        model = build_model(spec, seed)
+    def spy(spec, seed, n_seeds=1):
+        model = build_model(spec, seed, n_seeds)
         learn, train = model.learn, model.train
 
         def recorded_learn(*args, **kwargs):
@@ -256,7 +256,7 @@ def test_runner_trains_exactly_n_updates_with_learn_n_iterations(tmp_path, monke
 
     monkeypatch.setattr(runner, "build_model", spy)
     path = tmp_path / "seed_0.npz"
-    run_task(Task("tabular_single", "K100", 0, spec, str(path)))
+    run_job((Task("tabular_single", "K100", 0, spec, str(path)),))
     (args, kwargs), *trained = calls
     assert args == () and kwargs["n_iterations"] == 3 and "total_timesteps" not in kwargs
     assert trained == ["train"] * 3

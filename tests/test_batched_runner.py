@@ -1,0 +1,100 @@
+"""Seeds as a batch dimension: the runner trains consecutive seeds of one run as one population and
+writes the same seed files as one process per seed (experiments/runner.py, experiments/recorders.py)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch as th
+
+from experiments import runner
+from experiments.core import RunSpec, load_seed, seed_path
+from experiments.definitions import get_experiment
+from experiments.run import main
+from experiments.runner import Task, plan, plan_jobs, run_tasks, supports_members, unfinished
+
+th.set_num_threads(1)
+PER_SEED_ONLY = ("update/train/", "update/all_fail")
+
+
+def _tasks(experiment: str, variant: str, spec: RunSpec, out, seeds: range) -> list[Task]:
+    return [Task(experiment, variant, s, spec, str(seed_path(out, experiment, variant, spec.algo, s)))
+            for s in seeds]
+
+
+def _spec(experiment: str, variant: str, algo: str, updates: int, **recorder_kwargs) -> RunSpec:
+    spec = get_experiment(experiment).build(updates, True)[variant][algo]
+    return replace(spec, recorder_kwargs={**spec.recorder_kwargs, **recorder_kwargs})
+
+
+@pytest.mark.parametrize("experiment, variant, algo, updates, recorder_kwargs", [
+    ("tabular_single", "K100", "pg", 3, {}),
+    ("tabular_multi", "N100_K10", "tpo", 3, {}),
+    ("mnist", "B100", "tpo", 4, {"eval_every": 2}),
+])
+def test_batched_seed_files_equal_the_per_seed_runners(tmp_path, experiment, variant, algo, updates,
+                                                       recorder_kwargs):
+    spec = _spec(experiment, variant, algo, updates, **recorder_kwargs)
+    alone, together = (_tasks(experiment, variant, spec, tmp_path / name, range(2, 5)) for name in "ab")
+    assert run_tasks(alone, members_per_process=1)["ran"] == 3
+    assert run_tasks(together, members_per_process=3)["ran"] == 3
+    for single, batched in zip(alone, together, strict=True):
+        (a, meta_a), (b, meta_b) = load_seed(single.path), load_seed(batched.path)
+        assert set(a) - set(b) <= {k for k in a if k.startswith(PER_SEED_ONLY)}  # train/: single runs only
+        assert set(b) <= set(a) and "update/error" in b
+        for key in b:
+            assert b[key].shape == a[key].shape, key
+            np.testing.assert_allclose(b[key], a[key], rtol=0, atol=1e-6, err_msg=key)
+        assert meta_a["n_members"] == 1 and meta_b["n_members"] == 3 and meta_b["seed"] == batched.seed
+        assert meta_b["wall_s"] == pytest.approx(meta_b["batch_wall_s"] / 3)
+        assert meta_b["fingerprint"] == meta_a["fingerprint"]
+    if experiment == "mnist":
+        assert b["eval/x"].tolist() == [0, 2] and b["eval/mechanism_surplus"].shape == (2, 4)
+    if algo == "pg":  # not grouped: all_fail = 1 - success rate, per member
+        np.testing.assert_allclose(b["update/all_fail"], 1 - b["update/rollout/success_rate"])
+
+
+def test_plan_jobs_chunks_consecutive_seeds_by_the_cap_seed_major(tmp_path):
+    tasks = plan(get_experiment("tabular_single"), tmp_path, smoke=True, n_seeds=5, algorithms=["tpo", "pg"])
+    jobs = plan_jobs(tasks, members_per_process=2)
+    assert [(job[0].spec.algo, [t.seed for t in job]) for job in jobs] == [
+        ("pg", [0, 1]), ("tpo", [0, 1]), ("pg", [2, 3]), ("tpo", [2, 3]), ("pg", [4]), ("tpo", [4])]
+    assert [len(job) for job in plan_jobs(tasks, members_per_process=1)] == [1] * 10
+    assert [len(job) for job in plan_jobs(tasks, members_per_process=100)] == [5, 5]
+
+
+def test_finished_seeds_are_skipped_and_never_in_a_chunk(tmp_path):
+    spec = _spec("tabular_single", "K100", "tpo", 2)
+    tasks = _tasks("tabular_single", "K100", spec, tmp_path, range(4))
+    assert run_tasks(tasks[1:2])["ran"] == 1
+    stamp = os.stat(tasks[1].path).st_mtime_ns
+    assert [[t.seed for t in job] for job in plan_jobs(unfinished(tasks), 4)] == [[0], [2, 3]]
+    summary = run_tasks(tasks, members_per_process=4)
+    assert summary["skipped"] == 1 and summary["ran"] == 3 and not summary["failed"]
+    assert os.stat(tasks[1].path).st_mtime_ns == stamp
+    assert [load_seed(t.path)[1]["n_members"] for t in tasks] == [1, 1, 2, 2]
+
+
+def test_a_run_that_cannot_batch_runs_one_seed_per_process(tmp_path, monkeypatch):
+    diagnostics = plan(get_experiment("diagnostics"), tmp_path, smoke=True, n_seeds=3, algorithms=["tpo"])
+    assert all(t.per_seed for t in diagnostics)  # its figure reads per-seed train/ diagnostics
+    assert [len(job) for job in plan_jobs(diagnostics, 100, lambda specs: [True] * len(specs))] == [1] * 3
+    llm = get_experiment("llm_cpu").build(1, True)
+    tabular = get_experiment("tabular_multi").build(1, True)["N100_K10"]["ce"]
+    assert supports_members([next(iter(next(iter(llm.values())).values())), tabular]) == [False, True]
+
+    monkeypatch.setattr(runner, "supports_members", lambda specs: [False] * len(specs))
+    tasks = _tasks("tabular_single", "K100", _spec("tabular_single", "K100", "grpo", 2), tmp_path, range(2))
+    assert run_tasks(tasks, members_per_process=100)["ran"] == 2
+    assert [load_seed(t.path)[1]["n_members"] for t in tasks] == [1, 1]
+
+
+def test_dry_run_shows_how_seeds_are_batched(tmp_path, capsys):
+    assert main(["tabular_single", "--smoke", "--n-seeds", "3", "--algorithms", "tpo", "--dry-run",
+                 "--members-per-process", "2", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "seed_0..1.npz (2 seeds, one model)" in text and "tpo/seed_2.npz" in text
+    assert not list(tmp_path.iterdir())

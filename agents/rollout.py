@@ -85,22 +85,23 @@ class _StepLogProbs:
     A :class:`SequencePolicy` (the transformer) decodes incrementally with a KV cache, once per
     *distinct* prefix: sequences that share their prompt and
     the tokens so far (K completions of one prompt, or small vocabularies) have the same next-token
-    distribution, so it is computed once and gathered (exact). Any other policy reads the observation.
+    distribution, so it is computed once and gathered (exact); a population shares prefixes within
+    each member (:func:`member_unique`). Any other policy reads the observation.
     """
 
     def __init__(self, policy: ActionPolicy, prompts: np.ndarray | None) -> None:
         self.policy, self.cache, self.t = policy, None, 0
         self.prompts = prompts if isinstance(policy, SequencePolicy) else None
         self.prefix: th.Tensor | None = None  # [N] index of each sequence's distinct prefix
-        self.shared = _members(policy) == 1  # a population keeps equal member-major blocks of rows
+        self.members = _members(policy)
 
     def __call__(self, obs: th.Tensor, previous_actions: th.Tensor | None) -> th.Tensor:
         if self.prompts is None:
             return self.policy.action_log_probs(obs)
         if self.cache is None:
             prompts = _as_tensor(self.prompts, self.policy.device)
-            distinct, inverse = th.unique(prompts, dim=0, return_inverse=True)
-            if not self.shared or len(distinct) == len(prompts):  # nothing shared: decode in batch order
+            distinct, inverse = member_unique(prompts, self.members)
+            if len(distinct) == len(prompts):  # nothing shared: decode in batch order
                 log_probs, self.cache = self.policy.decode_start(prompts)
                 return log_probs
             self.prefix = inverse
@@ -110,12 +111,35 @@ class _StepLogProbs:
         if self.prefix is None:  # every sequence is its own prefix, and stays so
             return self.policy.decode_next(previous_actions, self.cache, t)
         keys = th.stack([self.prefix, previous_actions.to(self.prefix.device)], dim=1)
-        distinct, inverse = th.unique(keys, dim=0, return_inverse=True)
+        distinct, inverse = member_unique(keys, self.members)
         if len(distinct) == len(keys):  # all distinct from now on: switch to batch order
             self.cache, self.prefix = self.policy.select_cache(self.cache, self.prefix), None
             return self.policy.decode_next(previous_actions, self.cache, t)
         self.cache, self.prefix = self.policy.select_cache(self.cache, distinct[:, 0]), inverse
         return self.policy.decode_next(distinct[:, 1], self.cache, t)[inverse]
+
+
+def member_unique(keys: th.Tensor, n_members: int = 1) -> tuple[th.Tensor, th.Tensor]:
+    """``th.unique(keys, dim=0, return_inverse=True)`` within each member of member-major rows ``[N, k]``.
+
+    One member: exactly ``th.unique``. Several: each member's distinct rows in sorted order, padded with
+    copies of its first distinct row to the largest member's count M, so that the distinct rows are
+    ``n_members`` equal blocks ``[S*M, k]`` (what a population's forward needs), with each row's index
+    into them; rows of different members are never merged.
+    """
+    if n_members == 1:
+        return th.unique(keys, dim=0, return_inverse=True)
+    n, device = len(keys), keys.device
+    member = th.arange(n, device=device) // (n // n_members)
+    distinct, inverse = th.unique(th.cat([member.unsqueeze(1), keys], dim=1), dim=0, return_inverse=True)
+    owner = distinct[:, 0]
+    counts = th.bincount(owner, minlength=n_members)
+    width = int(counts.max())
+    starts = th.cumsum(counts, 0) - counts
+    slots = owner * width + th.arange(len(distinct), device=device) - starts[owner]
+    source = starts.repeat_interleave(width)  # padding: the member's first distinct row
+    source[slots] = th.arange(len(distinct), device=device)
+    return distinct[source, 1:], slots[inverse]
 
 
 def _members(policy: ActionPolicy) -> int:
@@ -260,15 +284,16 @@ def collect_population(
     return Population(obs=obs_t, rewards=rewards, old_log_probs=policy.action_log_probs(obs_t))
 
 
-def distinct_sequences(episodes: Episodes | TokenGroups) -> tuple[th.Tensor, th.Tensor]:
-    """(distinct rows of [prompt, actions], inverse index) of a token batch, computed once per batch.
+def distinct_sequences(episodes: Episodes | TokenGroups, n_members: int = 1) -> tuple[th.Tensor, th.Tensor]:
+    """(distinct rows of [prompt, actions], inverse index) of a token batch, computed once per batch
+    (per member of a population: :func:`member_unique`).
 
     With small vocabularies many of the K completions of a prompt repeat (V = 2, H = 5, K = 32 has at
     most 32 distinct ones); scoring each distinct sequence once and gathering is exact.
     """
     if episodes.distinct is None:
         sequences = th.cat([episodes.prompts, episodes.actions], dim=1)
-        episodes.distinct = th.unique(sequences, dim=0, return_inverse=True)
+        episodes.distinct = member_unique(sequences, n_members)
     return episodes.distinct
 
 
@@ -277,14 +302,13 @@ def episode_log_probs(policy: ActionPolicy, episodes: Episodes | TokenGroups) ->
 
     A :class:`SequencePolicy` (the transformer) re-scores each distinct sequence with one
     teacher-forced forward (exact under the causal mask), encoding a prompt shared by several
-    sequences once (a population: every sequence in batch order); others re-score the observations.
+    sequences once (a population: within each member); others re-score the recorded observations.
     """
     if episodes.prompts is not None and isinstance(policy, SequencePolicy):
-        if _members(policy) > 1:  # rows stay member-major: no sharing across or within members
-            return policy.completion_log_probs(episodes.prompts, episodes.actions)
-        rows, inverse = distinct_sequences(episodes)
+        members = _members(policy)
+        rows, inverse = distinct_sequences(episodes, members)
         horizon = episodes.prompts.shape[1]
-        prompts, owner = th.unique(rows[:, :horizon], dim=0, return_inverse=True)
+        prompts, owner = member_unique(rows[:, :horizon], members)
         if len(prompts) < len(rows):
             log_probs = policy.grouped_completion_log_probs(prompts, owner, rows[:, horizon:])
         else:

@@ -226,3 +226,17 @@ def test_twenty_seed_final_errors_equal_the_per_seed_runs():
     singles = np.array([_run("population-tpo", seed=s, n_seeds=1, n_updates=15)[1][-1, 0] for s in range(20)])
     np.testing.assert_allclose(errors[-1], singles, rtol=0, atol=1e-6)
     assert errors[-1].std() > 0  # 20 different learners, not one copied
+
+
+def test_member_unique_shares_rows_within_members_only():
+    from agents.rollout import member_unique
+
+    keys = th.tensor([[1, 0], [1, 0], [2, 0], [1, 0], [0, 1], [0, 1], [0, 1], [0, 1]])  # 2 members x 4 rows
+    distinct, inverse = member_unique(keys, 1)
+    want_distinct, want_inverse = th.unique(keys, dim=0, return_inverse=True)
+    assert th.equal(distinct, want_distinct) and th.equal(inverse, want_inverse)
+    distinct, inverse = member_unique(keys, 2)
+    assert distinct.shape == (4, 2)  # member 0 has 2 distinct rows, member 1 one (padded to 2)
+    assert th.equal(distinct[inverse], keys)  # every row is its distinct row
+    assert (inverse[:4] < 2).all() and (inverse[4:] >= 2).all()  # each member reads its own block
+    assert th.equal(distinct[2:], th.tensor([[0, 1], [0, 1]]))  # the padding copies the member's row

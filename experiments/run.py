@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"== {name} ({experiment.paper}): {len(tasks)} seeds -> {out}/{name}", flush=True)
         if args.dry_run:
-            _print_jobs(tasks, args.members_per_process)
+            _print_jobs(tasks, args.members_per_process, args.n_jobs)
             continue
         summary = run_tasks(tasks, args.n_jobs, members_per_process=args.members_per_process)
         failed += len(summary["failed"])
@@ -83,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _print_jobs(tasks: list[Task], members_per_process: int) -> None:
-    """The jobs that would run the unfinished ``tasks``, one line each."""
+def _print_jobs(tasks: list[Task], members_per_process: int, n_jobs: int) -> None:
+    """The jobs that would run the unfinished ``tasks`` in ``n_jobs`` processes, one line each."""
     todo = unfinished(tasks)
-    jobs = plan_jobs(todo, members_per_process)
+    jobs = plan_jobs(todo, members_per_process, n_jobs=n_jobs)
     print(f"  {len(tasks) - len(todo)} seeds finished; {len(todo)} to run as {len(jobs)} job(s), "
           "one process each:")
     for job in jobs:

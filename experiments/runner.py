@@ -115,13 +115,16 @@ def supports_members(specs: list[RunSpec]) -> list[bool]:
 
 
 def plan_jobs(tasks: list[Task], members_per_process: int = MEMBERS_PER_PROCESS,
-              batchable: Callable[[list[RunSpec]], list[bool]] = supports_members) -> list[Job]:
+              batchable: Callable[[list[RunSpec]], list[bool]] = supports_members,
+              n_jobs: int = 1) -> list[Job]:
     """The jobs (one process's work each) that run ``tasks``, seed-major like ``tasks``.
 
     The tasks of one run (experiment, variant, algorithm, spec fingerprint) train together when its
     policy has populations (``batchable``) and its experiment reads no per-seed ``train/`` diagnostics
-    (``Task.per_seed``): as runs of consecutive seeds of at most ``members_per_process`` seeds (a seed
-    missing from ``tasks``, e.g. a finished one, splits a run). Every other task is a job of its own.
+    (``Task.per_seed``): as runs of consecutive seeds of at most ``members_per_process`` seeds, and of
+    at most a ``1 / n_jobs`` share of the run's seeds, so that every process gets a share of every run
+    (a seed missing from ``tasks``, e.g. a finished one, splits a run). Every other task is a job of
+    its own.
     """
     groups: dict[tuple[str, ...], list[tuple[int, Task]]] = {}
     for index, task in enumerate(tasks):
@@ -132,7 +135,8 @@ def plan_jobs(tasks: list[Task], members_per_process: int = MEMBERS_PER_PROCESS,
     flags = batchable([groups[key][0][1].spec for key in candidates]) if candidates else []
     batched = {key for key, flag in zip(candidates, flags, strict=True) if flag}
     jobs = [job for key, group in groups.items()
-            for job in _consecutive(group, members_per_process if key in batched else 1)]
+            for job in _consecutive(group, min(members_per_process, -(-len(group) // n_jobs))
+                                    if key in batched else 1)]
     return [job for _, job in sorted(jobs, key=lambda item: (item[1][0].seed, item[0]))]
 
 
@@ -243,7 +247,7 @@ def run_tasks(tasks: list[Task], n_jobs: int = 1, log: Any = sys.stdout,
         return supports_members(specs) if pool is None else pool.apply(supports_members, (specs,))
 
     try:
-        jobs = plan_jobs(todo, members_per_process, batchable)
+        jobs = plan_jobs(todo, members_per_process, batchable, n_jobs)
         print(f"{len(tasks) - len(todo)} of {len(tasks)} seeds already finished; running {len(todo)} as "
               f"{len(jobs)} job(s) of up to {members_per_process} seed(s) in {n_jobs} process(es)",
               file=log, flush=True)

@@ -64,6 +64,8 @@ def test_plan_jobs_chunks_consecutive_seeds_by_the_cap_seed_major(tmp_path):
         ("pg", [0, 1]), ("tpo", [0, 1]), ("pg", [2, 3]), ("tpo", [2, 3]), ("pg", [4]), ("tpo", [4])]
     assert [len(job) for job in plan_jobs(tasks, members_per_process=1)] == [1] * 10
     assert [len(job) for job in plan_jobs(tasks, members_per_process=100)] == [5, 5]
+    # with two processes every run is split in two, so that both processes get a share of each
+    assert [len(job) for job in plan_jobs(tasks, members_per_process=100, n_jobs=2)] == [3, 3, 2, 2]
 
 
 def test_finished_seeds_are_skipped_and_never_in_a_chunk(tmp_path):

@@ -93,7 +93,7 @@ class GroupAlgorithm(BaseAlgorithm):
         seed + S - 1`` (a population: parameters stacked on a leading axis, one forward per step for
         all members, each member with its own optimizer state, env context stream and sampling
         generator, and its own gradient: member m learns exactly as a run with seed ``seed + m``).
-        Tabular and MLP policies; ``rollout/`` and ``train/`` values are the members' means and
+        Tabular, MLP and transformer policies; ``rollout/`` and ``train/`` values are the members' means and
         :attr:`member_rollout` holds the per-member ``rollout/`` values of the last batch.
     """
 
@@ -250,7 +250,7 @@ class GroupAlgorithm(BaseAlgorithm):
         generator in the state that run's global generator has after that construction."""
         if not getattr(self.policy_class, "supports_members", False):
             raise ValueError(f"n_seeds={self.n_seeds}: {self.policy_class.__name__} has no populations; "
-                             "use n_seeds=1 (populations: TabularPolicy, MlpPolicy)")
+                             "use n_seeds=1 (populations: TabularPolicy, MlpPolicy, TransformerPolicy)")
         base = self.seed if self.seed is not None else int(np.random.randint(2**31 - self.n_seeds))
         members, generators = [], []
         for member in range(self.n_seeds):

@@ -240,3 +240,11 @@ def test_member_unique_shares_rows_within_members_only():
     assert th.equal(distinct[inverse], keys)  # every row is its distinct row
     assert (inverse[:4] < 2).all() and (inverse[4:] >= 2).all()  # each member reads its own block
     assert th.equal(distinct[2:], th.tensor([[0, 1], [0, 1]]))  # the padding copies the member's row
+
+
+def test_a_policy_without_populations_is_refused_with_one_line():
+    class OneTable(TabularPolicy):
+        supports_members = False
+
+    with pytest.raises(ValueError, match="n_seeds=2: OneTable has no populations; use n_seeds=1"):
+        get_algo("tpo")(OneTable, "TPO/KArmedBandit-v0", n_seeds=2, group_mode="single", env_kwargs=ARMS)

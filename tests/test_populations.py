@@ -248,3 +248,20 @@ def test_a_policy_without_populations_is_refused_with_one_line():
 
     with pytest.raises(ValueError, match="n_seeds=2: OneTable has no populations; use n_seeds=1"):
         get_algo("tpo")(OneTable, "TPO/KArmedBandit-v0", n_seeds=2, group_mode="single", env_kwargs=ARMS)
+
+
+@pytest.mark.parametrize("case", ["population-tpo", "mnist-tpo", "token-tpo"])
+def test_member_policy_is_one_seed_as_a_plain_policy(case):
+    population, _ = _run(case, seed=2, n_seeds=3, n_updates=1)
+    single, _ = _run(case, seed=3, n_seeds=1, n_updates=1)
+    member = population.policy.member_policy(1)
+    assert member.n_members == 1
+    obs = th.as_tensor(np.stack([population.observation_space.sample() for _ in range(4)]))
+    want = single.policy.action_log_probs(obs).detach()
+    np.testing.assert_allclose(member.action_log_probs(obs).detach().numpy(), want.numpy(), atol=1e-5)
+    np.testing.assert_allclose(population.policy.member_log_probs(obs)[1].detach().numpy(), want.numpy(),
+                               atol=1e-5)
+    actions, _ = member.predict(obs.numpy(), deterministic=True)
+    assert actions.shape == (4,)
+    with pytest.raises(ValueError, match=r"member must be an integer in \[0, 2\], got 3"):
+        population.policy.member_policy(3)

@@ -115,6 +115,25 @@ class GroupPolicy(BasePolicy):
                 self._load_member(member, policy)
         self.member_generators = list(generators)
 
+    def _store_member(self, member: int, policy: GroupPolicy) -> None:
+        """Copy member ``member``'s parameters into the one-member ``policy`` (``_load_member`` reversed)."""
+        raise NotImplementedError(f"{type(self).__name__} has no populations (n_members > 1)")
+
+    def member_policy(self, member: int) -> GroupPolicy:
+        """Member ``member`` of a population as a plain one-member policy of the same settings (its
+        parameters copied, a fresh optimizer): predict, evaluate or save one seed of a population."""
+        if not isinstance(member, int) or not 0 <= member < self.n_members:
+            raise ValueError(f"member must be an integer in [0, {self.n_members - 1}], got {member!r}")
+        settings = self._get_constructor_parameters()
+        settings.pop("n_members", None)
+        policy = type(self)(**settings).to(self.device)
+        with torch.no_grad():
+            if self.n_members == 1:
+                policy.load_state_dict(self.state_dict())
+            else:
+                self._store_member(member, policy)
+        return policy
+
     def member_index(self, n_rows: int) -> Tensor:
         """The member of each row of a member-major batch of ``n_rows`` rows, shape ``[n_rows]``."""
         if n_rows % self.n_members:

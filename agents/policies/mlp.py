@@ -90,6 +90,12 @@ class MlpSoftmaxPolicy(GroupPolicy):
             kernel[member].copy_(linear.weight.T)
             bias[member, 0].copy_(linear.bias)
 
+    def _store_member(self, member: int, policy: GroupPolicy) -> None:
+        linears = [module for module in policy.net if isinstance(module, nn.Linear)]
+        for kernel, bias, linear in zip(self.kernels, self.biases, linears, strict=True):
+            linear.weight.copy_(kernel[member].T)
+            linear.bias.copy_(bias[member, 0])
+
     def _member_net(self, x: Tensor) -> Tensor:
         """The S networks on ``x`` ``[S, n, in]`` (or ``[n, in]``, shared by the members): ``[S, n, out]``."""
         last = len(self.kernels) - 1

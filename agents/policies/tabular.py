@@ -78,6 +78,9 @@ class TabularSoftmaxPolicy(GroupPolicy):
     def _load_member(self, member: int, policy: GroupPolicy) -> None:
         self.logits[member].copy_(policy.logits)
 
+    def _store_member(self, member: int, policy: GroupPolicy) -> None:
+        policy.logits.copy_(self.logits[member])
+
     def context_index(self, obs: PyTorchObs) -> Tensor:
         """The 0-based context indices of a batch of observations, shape ``[N]``."""
         assert isinstance(obs, Tensor)

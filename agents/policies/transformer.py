@@ -360,6 +360,10 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         for name, p in self.named_parameters():
             p[member].copy_(policy.get_parameter(name))
 
+    def _store_member(self, member: int, policy: GroupPolicy) -> None:
+        for name, p in policy.named_parameters():
+            p.copy_(self.get_parameter(name)[member])
+
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:
         assert isinstance(obs, Tensor)
         tokens = obs.reshape(-1, 2 * self.horizon)

@@ -22,7 +22,7 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
-from agents.policies.base import multinomial_rows
+from agents.policies.base import member_of_rows, multinomial_rows
 from agents.policies.protocols import ActionPolicy, SequencePolicy
 
 StepHook = Callable[[int], bool]
@@ -129,8 +129,8 @@ def member_unique(keys: th.Tensor, n_members: int = 1) -> tuple[th.Tensor, th.Te
     """
     if n_members == 1:
         return th.unique(keys, dim=0, return_inverse=True)
-    n, device = len(keys), keys.device
-    member = th.arange(n, device=device) // (n // n_members)
+    device = keys.device
+    member = member_of_rows(len(keys), n_members, device)
     distinct, inverse = th.unique(th.cat([member.unsqueeze(1), keys], dim=1), dim=0, return_inverse=True)
     owner = distinct[:, 0]
     counts = th.bincount(owner, minlength=n_members)

@@ -265,3 +265,13 @@ def test_member_policy_is_one_seed_as_a_plain_policy(case):
     assert actions.shape == (4,)
     with pytest.raises(ValueError, match=r"member must be an integer in \[0, 2\], got 3"):
         population.policy.member_policy(3)
+
+
+def test_single_mode_groups_a_members_contexts_apart_and_refuses_unequal_coverage():
+    from agents.modes import SingleMode
+
+    mode = SingleMode(4, 1, "prompts", 0.5, gym.spaces.Discrete(3), n_members=2)
+    keyed = mode._member_contexts(th.tensor([0, 2, 2, 0, 1, 1, 0, 0]))
+    assert keyed.tolist() == [0, 2, 2, 0, 4, 4, 3, 3]  # member 1's context c is 3 + c
+    with pytest.raises(ValueError, match=r"different numbers of contexts \(\[1, 2\]\)"):
+        mode._member_contexts(th.tensor([0, 2, 2, 0, 1, 1, 1, 1]))

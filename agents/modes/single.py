@@ -76,7 +76,8 @@ class SingleMode(EpisodeMode):
         per_member = self.member_rows(contexts)
         n_contexts = int(self.observation_space.n)
         keyed = per_member + n_contexts * th.arange(self.n_members, device=contexts.device).unsqueeze(1)
-        counts = {len(th.unique(row)) for row in per_member}
+        ordered = per_member.sort(dim=1).values  # distinct contexts per member: 1 + changes when sorted
+        counts = set((1 + (ordered[:, 1:] != ordered[:, :-1]).sum(1)).tolist())
         if len(counts) > 1:
             raise ValueError(f"the members' batches cover different numbers of contexts ({sorted(counts)}): "
                              "train seeds of a multi-context table in population mode, or one at a time")

@@ -136,9 +136,7 @@ class GroupPolicy(BasePolicy):
 
     def member_index(self, n_rows: int) -> Tensor:
         """The member of each row of a member-major batch of ``n_rows`` rows, shape ``[n_rows]``."""
-        if n_rows % self.n_members:
-            raise ValueError(f"a batch of {n_rows} rows cannot be split among {self.n_members} members")
-        return torch.arange(n_rows, device=self.device) // (n_rows // self.n_members)
+        return member_of_rows(n_rows, self.n_members, self.device)
 
     # ------------------------------------------------------------------ shared
     def _build_optimizer(self) -> None:
@@ -185,6 +183,13 @@ class GroupPolicy(BasePolicy):
         return data
 
 
+def member_of_rows(n_rows: int, n_members: int, device: torch.device | str | None = None) -> Tensor:
+    """The member of each row of a member-major batch (``n_members`` equal blocks of rows), ``[n_rows]``."""
+    if n_rows % n_members:
+        raise ValueError(f"a batch of {n_rows} rows cannot be split among {n_members} members")
+    return torch.arange(n_rows, device=device) // (n_rows // n_members)
+
+
 def sample_categorical(log_probs: Tensor, generators: list[torch.Generator] | None = None) -> Tensor:
     """One draw per row of ``[..., A]`` log-probabilities, returned with shape ``[...]``."""
     return multinomial_rows(log_probs, 1, generators, replacement=False).reshape(log_probs.shape[:-1])
@@ -203,6 +208,6 @@ def multinomial_rows(
     flat = log_probs.detach().reshape(-1, log_probs.shape[-1]).exp()
     if generators is None:
         return torch.multinomial(flat, n, replacement=replacement)
-    blocks = flat.chunk(len(generators)) if len(generators) > 1 else (flat,)
+    blocks = flat.chunk(len(generators))
     return torch.cat([torch.multinomial(block, n, replacement=replacement, generator=generator)
                       for block, generator in zip(blocks, generators, strict=True)])

@@ -38,7 +38,7 @@ from gymnasium import spaces
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor, nn
 
-from .base import GroupPolicy, lecun_normal_, sample_categorical
+from .base import GroupPolicy, lecun_normal_, member_of_rows, sample_categorical
 from .optim import MuonAdam
 
 __all__ = ["CausalTransformer", "TransformerSoftmaxPolicy"]
@@ -239,7 +239,7 @@ class CausalTransformer(nn.Module):
             return F.embedding(tokens, self.token_embedding) + positions
         members, vocab, d = self.token_embedding.shape
         n, length = tokens.shape
-        offsets = torch.arange(n, device=tokens.device).div(n // members, rounding_mode="floor") * vocab
+        offsets = member_of_rows(n, members, tokens.device) * vocab
         x = F.embedding(tokens + offsets.unsqueeze(1), self.token_embedding.reshape(members * vocab, d))
         positions = self.position_embedding[:, start : start + length].unsqueeze(1)
         return (x.reshape(members, -1, length, d) + positions).reshape(n, length, d)

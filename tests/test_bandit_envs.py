@@ -1,4 +1,4 @@
-"""Bandits: checkers, rewards and infos, candidate scoring, context replay, bad kwargs."""
+"""Bandits: checkers, rewards and infos, candidate scoring, context replay, ansi rendering, bad kwargs."""
 
 from __future__ import annotations
 
@@ -101,3 +101,33 @@ def test_bad_kwargs_raise_through_make():
     with pytest.raises(ValueError, match="n_arms must be an integer >= 2"):
         gym.make_vec("TPO/MultiContextBandit-v0", num_envs=2, vectorization_mode="vector_entry_point",
                      n_arms=0)
+
+
+@pytest.mark.parametrize("env_id", BANDIT_IDS)
+def test_ansi_render_mode_passes_checker(env_id):
+    env = gym.make(env_id, render_mode="ansi")
+    assert env.metadata["render_modes"] == ["ansi"] and env.render_mode == "ansi"
+    check_env(env.unwrapped)
+
+
+def test_ansi_render_of_known_pulls():
+    env = MultiContextBanditEnv(n_contexts=3, n_arms=4, correct_arm=[2, 0, 3], render_mode="ansi")
+    assert env.render() is None  # before the first reset
+    env.reset(options={"context": 2})
+    assert env.render() == "context 2 | action - | correct arm 3 | reward -"
+    env.step(1)
+    assert env.render() == "context 2 | action 1 | correct arm 3 | reward 0 (wrong)"
+    env.reset(options={"context": 0})
+    env.step(2)
+    assert env.render() == "context 0 | action 2 | correct arm 2 | reward 1 (right)"
+    bandit = KArmedBanditEnv(n_arms=5, correct_arm=4, render_mode="ansi")
+    bandit.reset(seed=0)
+    bandit.step(4)
+    assert bandit.render() == "context 0 | action 4 | correct arm 4 | reward 1 (right)"
+
+
+def test_invalid_render_mode_is_one_line():
+    with pytest.raises(ValueError, match=r"^unknown render_mode 'human'; allowed values: ansi or None$"):
+        KArmedBanditEnv(render_mode="human")
+    with pytest.raises(ValueError, match="render_mode 'rgb_array'"):
+        MultiContextBanditEnv(render_mode="rgb_array")

@@ -115,13 +115,30 @@ def test_render(data_dir: Path) -> None:
     assert len(vec.render()) == 2
 
 
+def test_render_ansi(data_dir: Path) -> None:
+    env = MNISTBanditEnv(data_dir=data_dir, render_mode="ansi")
+    assert env.metadata["render_modes"] == ["rgb_array", "ansi"]
+    obs, info = env.reset(options={"context": 13})
+    lines = env.render().splitlines()
+    assert len(lines) == 15 and all(len(line) <= 28 for line in lines[:14])
+    assert lines[-1] == "image 13 | label 3 | action - | reward -"
+    env.step(3)
+    text = env.render()
+    assert text.isascii() and text.splitlines()[-1] == "image 13 | label 3 | action 3 | reward 1 (right)"
+    env.reset(options={"context": 13})
+    env.step(4)
+    assert env.render().endswith("action 4 | reward 0 (wrong)")
+
+
 def test_invalid_arguments(data_dir: Path) -> None:
     with pytest.raises(ValueError, match="train, test"):
         MNISTBanditEnv(split="valid", data_dir=data_dir)
     with pytest.raises(ValueError, match="train, test"):
         MNISTBanditVectorEnv(2, split="validation", data_dir=data_dir)
-    with pytest.raises(ValueError, match="render_mode"):
+    with pytest.raises(ValueError, match="render_mode 'human'; allowed values: rgb_array, ansi or None"):
         MNISTBanditEnv(data_dir=data_dir, render_mode="human")
+    with pytest.raises(ValueError, match="render_mode 'ansi'; allowed values: rgb_array or None"):
+        MNISTBanditVectorEnv(2, data_dir=data_dir, render_mode="ansi")
     with pytest.raises(ValueError, match="divisible"):
         MNISTBanditVectorEnv(4, data_dir=data_dir, group_size=3)
 

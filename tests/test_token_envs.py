@@ -1,4 +1,4 @@
-"""Token tasks: checkers, hand-worked rewards, candidate scoring, bad kwargs, SB3 PPO."""
+"""Token tasks: checkers, hand-worked rewards, candidate scoring, ansi rendering, bad kwargs, SB3 PPO."""
 
 from __future__ import annotations
 
@@ -161,6 +161,67 @@ def test_wrong_usage_errors():
     env.step(0)
     with pytest.raises(RuntimeError, match="call reset"):
         env.step(0)
+
+
+@pytest.mark.parametrize("env_id", TOKEN_IDS)
+def test_ansi_render_mode_passes_checker(env_id):
+    env = gym.make(env_id, render_mode="ansi")
+    assert env.metadata["render_modes"] == ["ansi"] and env.render_mode == "ansi"
+    check_env(env.unwrapped)
+
+
+def test_ansi_render_of_a_known_episode():
+    # x = [2, 0, 1, 1], reverse copy: y* = [1, 1, 0, 2]; the agent writes 1, 0, 0, 1 (2nd and 4th wrong).
+    env = TokenTaskEnv("reverse_copy", sequence_length=4, vocab_size=3, render_mode="ansi")
+    env.reset(options={"context": PROMPT})
+    assert env.render() == (
+        "reverse_copy, bag_of_tokens reward: step 0/4, return 0\n"
+        "prompt  2  0  1  1\n"
+        "target  1  1  0  2\n"
+        "agent   .  .  .  .\n"
+        "0 wrong tokens"
+    )
+    env.step(1)
+    env.step(0)
+    assert env.render().splitlines()[3] == "agent   1 [0] .  ."
+    env.step(0)
+    env.step(1)
+    text = env.render()
+    assert text == (
+        "reverse_copy, bag_of_tokens reward: step 4/4, return 2\n"
+        "prompt  2  0  1  1\n"
+        "target  1  1  0  2\n"
+        "agent   1 [0] 0 [1]\n"
+        "2 wrong tokens (in [brackets])"
+    )
+    assert text.isascii()
+
+
+@pytest.mark.parametrize("reward, expected", [("sequential", 1), ("terminal", 0)])
+def test_ansi_render_return_follows_the_reward(reward, expected):
+    env = TokenTaskEnv("reverse_copy", reward, sequence_length=4, vocab_size=3, render_mode="ansi")
+    env.reset(options={"context": PROMPT})
+    for action in (1, 0, 0, 1):
+        env.step(action)
+    assert env.render().splitlines()[0] == f"reverse_copy, {reward} reward: step 4/4, return {expected}"
+
+
+def test_ansi_render_pads_wide_tokens_and_is_off_by_default():
+    env = TokenTaskEnv("copy", sequence_length=2, vocab_size=12, render_mode="ansi")
+    assert env.render() is None  # before the first reset
+    env.reset(options={"context": [11, 3]})
+    env.step(11)
+    assert env.render().splitlines()[1:4] == ["prompt  11   3", "target  11   3", "agent   11   ."]
+    plain = TokenTaskEnv()
+    plain.reset(seed=0)
+    assert plain.render_mode is None and plain.render() is None
+
+
+def test_invalid_render_mode_is_one_line():
+    with pytest.raises(ValueError, match=r"^unknown render_mode 'human'; allowed values: ansi or None$"):
+        TokenTaskEnv(render_mode="human")
+    with pytest.warns(UserWarning, match="render_modes"), pytest.raises(ValueError, match="'rgb_array'"):
+        gym.make("TPO/TokenReversal-v0", render_mode="rgb_array")
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -63,6 +63,13 @@ def check_int_array(name: str, value: Any, n_values: int, ndim: int) -> np.ndarr
     return array.astype(np.int64)
 
 
+def check_render_mode(render_mode: str | None, modes: list[str] | tuple[str, ...]) -> str | None:
+    """Return ``render_mode`` if it is ``None`` or one of ``modes``, else raise a one-line ``ValueError``."""
+    if render_mode is not None and render_mode not in modes:
+        raise ValueError(f"unknown render_mode {render_mode!r}; allowed values: {', '.join(modes)} or None")
+    return render_mode
+
+
 def readonly(array: np.ndarray) -> np.ndarray:
     """A read-only view of ``array``."""
     view = array.view()
@@ -115,6 +122,10 @@ class BatchedTask(ABC):
     @abstractmethod
     def _score(self, candidates: np.ndarray) -> np.ndarray:
         """Rewards [n, K] that the candidate actions [n, K] would get at the current step."""
+
+    def render_text(self, index: int) -> str:
+        """Plain ASCII picture of episode ``index`` (its context, the actions so far, the rewards)."""
+        raise NotImplementedError(f"{type(self).__name__} has no text rendering")
 
     @property
     def num_envs(self) -> int:
@@ -178,14 +189,23 @@ class BatchedTaskEnv(gym.Env):
     ``reset(options={"context": c})`` replays context ``c`` instead of drawing one; ``reset``
     info holds ``context``. ``score_candidates([K]) -> float32 [K]`` scores candidate actions at
     the current state. Behind ``gymnasium.make`` wrappers, call ``env.unwrapped.score_candidates``.
+    ``render_mode="ansi"`` (where ``metadata["render_modes"]`` lists it): ``render()`` returns the
+    task's :meth:`BatchedTask.render_text` of the current episode (``None`` before the first reset).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, task: BatchedTask) -> None:
+    def __init__(self, task: BatchedTask, render_mode: str | None = None) -> None:
         self.task = task
         self.observation_space = task.observation_space
         self.action_space = task.action_space
+        self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
+
+    def render(self) -> Any:
+        """The current episode as text (``render_mode="ansi"``); ``None`` without it or before a reset."""
+        if self.render_mode != "ansi" or self.task.contexts is None:
+            return None
+        return self.task.render_text(0)
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:

@@ -53,12 +53,14 @@ class BanditTask(BatchedTask):
     def _start(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
         self.targets = self.correct_arms[contexts]
         self.hits = np.zeros(len(contexts), dtype=bool)
+        self.actions = np.full(len(contexts), -1, dtype=np.int64)
         return {}
 
     def _observe(self) -> np.ndarray:
         return self.contexts.copy()
 
     def _advance(self, actions: np.ndarray) -> np.ndarray:
+        self.actions = actions.copy()
         self.hits = actions == self.targets
         return self.hits
 
@@ -67,6 +69,16 @@ class BanditTask(BatchedTask):
 
     def _score(self, candidates: np.ndarray) -> np.ndarray:
         return candidates == self.targets[:, None]
+
+    def render_text(self, index: int) -> str:
+        """``context c | action a | correct arm y* | reward r`` (action and reward ``-`` before the pull)."""
+        head = f"context {self.contexts[index]} | "
+        arm = f"correct arm {self.targets[index]}"
+        if self.step_index == 0:
+            return head + f"action - | {arm} | reward -"
+        hit = bool(self.hits[index])
+        verdict = "right" if hit else "wrong"
+        return head + f"action {self.actions[index]} | {arm} | reward {float(hit):g} ({verdict})"
 
 
 class KArmedBanditEnv(BatchedTaskEnv):
@@ -77,10 +89,14 @@ class KArmedBanditEnv(BatchedTaskEnv):
     episode is one step (``terminated=True``); never truncated. Info: reset holds ``context`` (0);
     the final step holds ``correct_action`` (``y*``) and ``is_success`` (``r == 1``).
     Grouped use: ``score_candidates(cands [K]) -> 1[cand = y*]`` without stepping.
+    Rendering: ``render_mode="ansi"``: ``render()`` returns one line with the context, the arm pulled,
+    the correct arm and the reward.
     """
 
-    def __init__(self, n_arms: int = 100, correct_arm: int = 0) -> None:
-        super().__init__(BanditTask(1, n_arms, correct_arm))
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(self, n_arms: int = 100, correct_arm: int = 0, render_mode: str | None = None) -> None:
+        super().__init__(BanditTask(1, n_arms, correct_arm), render_mode)
 
 
 class MultiContextBanditEnv(BatchedTaskEnv):
@@ -93,10 +109,15 @@ class MultiContextBanditEnv(BatchedTaskEnv):
     holds ``context``; the final step holds ``correct_action`` (``y*_c``) and ``is_success``.
     Grouped use: ``score_candidates(cands [K]) -> 1[cand = y*_c]`` without stepping;
     ``reset(options={"context": c})`` replays context ``c``.
+    Rendering: ``render_mode="ansi"``: ``render()`` returns one line with the context, the arm pulled,
+    the correct arm and the reward.
     """
 
-    def __init__(self, n_contexts: int = 100, n_arms: int = 10, correct_arm: Any = 0) -> None:
-        super().__init__(BanditTask(n_contexts, n_arms, correct_arm))
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(self, n_contexts: int = 100, n_arms: int = 10, correct_arm: Any = 0,
+                 render_mode: str | None = None) -> None:
+        super().__init__(BanditTask(n_contexts, n_arms, correct_arm), render_mode)
 
 
 class KArmedBanditVectorEnv(BatchedTaskVectorEnv):

@@ -20,11 +20,14 @@ from tpo_gym.vector import (
     BatchedTaskVectorEnv,
     check_choice,
     check_int_array,
+    check_render_mode,
     readonly,
 )
 
 SPLITS = ("train", "test")
 RENDER_MODES = ["rgb_array"]
+#: Dark to bright, for the text picture of an image.
+_SHADES = " .:-=+*#%@"
 
 
 class MNISTTask(BatchedTask):
@@ -53,12 +56,14 @@ class MNISTTask(BatchedTask):
         self.images = self.data_images[contexts]
         self.labels = self.data_labels[contexts]
         self.hits = np.zeros(len(contexts), dtype=bool)
+        self.actions = np.full(len(contexts), -1, dtype=np.int64)
         return {}
 
     def _observe(self) -> np.ndarray:
         return self.images.copy()
 
     def _advance(self, actions: np.ndarray) -> np.ndarray:
+        self.actions = actions.copy()
         self.hits = actions == self.labels
         return self.hits
 
@@ -68,17 +73,25 @@ class MNISTTask(BatchedTask):
     def _score(self, candidates: np.ndarray) -> np.ndarray:
         return candidates == self.labels[:, None]
 
+    def render_text(self, index: int) -> str:
+        """The image in ASCII shades (14 rows of 28, two pixel rows per line), then
+        ``image i | label y | action a | reward r`` (``-`` before the guess)."""
+        image = np.asarray(self.images[index], dtype=np.float64).reshape(-1, 28)
+        rows = image[: len(image) // 2 * 2].reshape(-1, 2, 28).mean(axis=1)
+        shades = np.minimum((rows * len(_SHADES)).astype(int), len(_SHADES) - 1)
+        picture = ["".join(_SHADES[v] for v in row).rstrip() for row in shades]
+        head = f"image {self.contexts[index]} | label {self.labels[index]} | "
+        if self.step_index == 0:
+            return "\n".join([*picture, head + "action - | reward -"])
+        hit = bool(self.hits[index])
+        result = f"action {self.actions[index]} | reward {float(hit):g} ({'right' if hit else 'wrong'})"
+        return "\n".join([*picture, head + result])
+
 
 def _frames(images: np.ndarray) -> np.ndarray:
     """Images [n, 784] in [0, 1] -> uint8 RGB frames [n, 28, 28, 3]."""
     gray = np.rint(images * 255).astype(np.uint8).reshape(len(images), 28, 28, 1)
     return np.repeat(gray, 3, axis=-1)
-
-
-def _check_render_mode(render_mode: str | None) -> str | None:
-    if render_mode is not None:
-        check_choice("render_mode", render_mode, tuple(RENDER_MODES))
-    return render_mode
 
 
 class MNISTBanditEnv(BatchedTaskEnv):
@@ -92,20 +105,24 @@ class MNISTBanditEnv(BatchedTaskEnv):
     ``is_success``. The label is never part of the observation.
     Grouped use: ``score_candidates(cands [K]) -> 1[cand = label]`` without stepping;
     ``reset(options={"context": i})`` pins image ``i``. Data: see :func:`tpo_gym.data.load_mnist`.
-    ``render_mode="rgb_array"`` renders the current image as a 28x28x3 uint8 frame.
+    ``render_mode="rgb_array"`` renders the current image as a 28x28x3 uint8 frame; ``"ansi"`` as
+    text: the image in ASCII shades, its label, the guess and the reward.
     """
 
-    metadata: dict[str, Any] = {"render_modes": RENDER_MODES, "render_fps": 1}
+    metadata: dict[str, Any] = {"render_modes": [*RENDER_MODES, "ansi"], "render_fps": 1}
 
     def __init__(self, split: str = "train", data_dir: str | os.PathLike[str] | None = None,
                  render_mode: str | None = None, download: bool = False) -> None:
-        super().__init__(MNISTTask.from_split(split, data_dir, download))
+        check_render_mode(render_mode, self.metadata["render_modes"])  # before loading the data
+        super().__init__(MNISTTask.from_split(split, data_dir, download), render_mode)
         self.split = split
-        self.render_mode = _check_render_mode(render_mode)
 
-    def render(self) -> np.ndarray | None:
-        """The current image as a uint8 [28, 28, 3] frame (``None`` before the first reset)."""
-        if self.render_mode is None or self.task.contexts is None:
+    def render(self) -> np.ndarray | str | None:
+        """The current image as a uint8 [28, 28, 3] frame (``rgb_array``) or as text (``ansi``);
+        ``None`` before the first reset."""
+        if self.render_mode != "rgb_array":
+            return super().render()
+        if self.task.contexts is None:
             return None
         return _frames(self.task.images)[0]
 
@@ -124,7 +141,7 @@ class MNISTBanditVectorEnv(BatchedTaskVectorEnv):
         super().__init__(MNISTTask.from_split(split, data_dir, download), num_envs, group_size,
                          max_episode_steps, n_members)
         self.split = split
-        self.render_mode = _check_render_mode(render_mode)
+        self.render_mode = check_render_mode(render_mode, RENDER_MODES)
 
     @property
     def labels(self) -> np.ndarray:

@@ -105,6 +105,36 @@ class TokenTask(BatchedTask):
         hit = candidates == self.targets[:, self.step_index, None]
         return hit & self.alive[:, None] if self.reward == "sequential" else hit
 
+    def return_so_far(self, index: int) -> float:
+        """The summed reward of episode ``index`` over the steps taken so far."""
+        t, correct = self.step_index, self.correct[index]
+        if self.reward == "bag_of_tokens":
+            return float(correct[:t].sum())
+        if self.reward == "sequential":
+            return float(np.cumprod(correct[:t]).sum())
+        return float(self.horizon * correct.all()) if t == self.horizon else 0.0
+
+    def render_text(self, index: int) -> str:
+        """Prompt, target and the agent's tokens so far (wrong ones in ``[brackets]``, unwritten ``.``)."""
+        t, H = self.step_index, self.horizon
+        width = len(str(self.vocab_size - 1))
+
+        def cell(text: str, wrong: bool = False) -> str:
+            return f"[{text:>{width}}]" if wrong else f" {text:>{width}} "
+
+        written = self.buffer[index, H : H + t]
+        agent = [cell(str(a), not ok) for a, ok in zip(written, self.correct[index, :t], strict=True)]
+        agent += [cell(".")] * (H - t)
+        wrong = int(t - self.correct[index, :t].sum())
+        lines = [
+            f"{self.logic}, {self.reward} reward: step {t}/{H}, return {self.return_so_far(index):g}",
+            "prompt " + "".join(cell(str(x)) for x in self.contexts[index]),
+            "target " + "".join(cell(str(y)) for y in self.targets[index]),
+            "agent  " + "".join(agent),
+            f"{wrong} wrong token{'s' * (wrong != 1)}" + (" (in [brackets])" if wrong else ""),
+        ]
+        return "\n".join(line.rstrip() for line in lines)
+
 
 class TokenTaskEnv(BatchedTaskEnv):
     """Write the target sequence of a random prompt, one token per step (paper Secs. 3.4-3.6).
@@ -123,13 +153,18 @@ class TokenTaskEnv(BatchedTaskEnv):
     ``alive_t * 1[cand = y*_t]`` (sequential, ``alive_t`` = all taken tokens so far correct)
     and raises ``ValueError`` for terminal reward; ``reset(options={"context": prompt})``
     replays a prompt.
+    Rendering: ``render_mode="ansi"``: ``render()`` returns plain text with the prompt, the target and
+    the agent's tokens so far (wrong tokens in ``[brackets]``, unwritten ones ``.``), the step and
+    the return so far.
     Arguments: ``logic`` in ``LOGICS``, ``reward`` in ``REWARDS``, ``sequence_length`` H >= 1,
-    ``vocab_size`` V >= 2.
+    ``vocab_size`` V >= 2, ``render_mode`` None or ``"ansi"``.
     """
 
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
+
     def __init__(self, logic: str = "copy", reward: str = "bag_of_tokens", sequence_length: int = 10,
-                 vocab_size: int = 2) -> None:
-        super().__init__(TokenTask(logic, reward, sequence_length, vocab_size))
+                 vocab_size: int = 2, render_mode: str | None = None) -> None:
+        super().__init__(TokenTask(logic, reward, sequence_length, vocab_size), render_mode)
 
 
 class TokenTaskVectorEnv(BatchedTaskVectorEnv):

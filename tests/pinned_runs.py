@@ -1,9 +1,18 @@
 """The runs whose first updates ``tests/test_pinned.py`` pins (regenerate: ``python -m tests.pinned_runs``).
 
-Each run trains a small copy of a paper setting for 20 updates and records, per update, the task error
-before it (``rollout/task_error``), the loss and the first epoch's gradient norm. The numbers in
-``tests/data/pinned_updates.json`` were produced by the code before the core was reshaped into mode
-objects; the refactored code must reproduce them for the same seeds.
+Each run trains a small copy of a paper setting and records, per update, the task error before it
+(``rollout/task_error``), the loss and the first epoch's gradient norm. The numbers in
+``tests/data/pinned_updates.json`` (the first :data:`N_PINNED` updates of each run) were produced by the
+code before the core was reshaped into mode objects; the refactored code must reproduce them for the
+same seeds, within :func:`tolerance`.
+
+Why only the first few updates, and why a tolerance: training is chaotic, so the round-off of a
+machine's float kernels (AVX2, AVX-512, or torch's scalar ``default`` kernels, chosen with
+``ATEN_CPU_CAPABILITY``) grows update by update, and a transformer's PPO ratio that lies at the clip
+boundary is clipped on one machine and not on another. Update 0 is computed from the initial
+parameters, so it differs between kernels only by the order of float sums; the later pinned updates
+differ by what a few updates of round-off do. Bitwise reproducibility on one machine is tested apart
+(the same seed twice gives identical numbers over :data:`N_UPDATES` updates).
 """
 
 from __future__ import annotations
@@ -21,6 +30,15 @@ import tpo_gym  # noqa: F401  (registers the envs)
 from agents.zoo.registry import get_algo
 
 N_UPDATES = 20
+"""Updates of the determinism runs (same seed twice, same machine: identical numbers)."""
+N_PINNED = 5
+"""Updates pinned against ``pinned_updates.json`` (on any CPU's kernels, within :func:`tolerance`)."""
+FIRST_RTOL = 2e-5
+"""Relative tolerance of update 0 (the initial parameters: only the order of float sums differs)."""
+LATER_RTOL = 1e-3
+"""Relative tolerance of updates 1 .. N_PINNED - 1 (the worst seen across kernels: 5.5e-4, ``token/ppo``)."""
+ATOL = 1e-6
+"""Absolute tolerance of every pinned value (a gradient norm of exactly 0 is ~1e-7 on other kernels)."""
 KEYS = ("rollout/task_error", "train/loss", "train/grad_norm")
 PINNED = Path(__file__).parent / "data" / "pinned_updates.json"
 
@@ -71,8 +89,14 @@ class _Recorder(KVWriter):
         self.rows.append({key: float(key_values[key]) for key in KEYS if key in key_values})
 
 
-def run(name: str, seed: int = 0) -> dict[str, list[float]]:
-    """The first :data:`N_UPDATES` updates of run ``name``: each pinned key as a list."""
+def tolerance(update: int) -> float:
+    """The relative tolerance of pinned update ``update`` (0-based): :data:`FIRST_RTOL` for update 0,
+    :data:`LATER_RTOL` after it."""
+    return FIRST_RTOL if update == 0 else LATER_RTOL
+
+
+def run(name: str, seed: int = 0, n_updates: int = N_PINNED) -> dict[str, list[float]]:
+    """The first ``n_updates`` updates of run ``name``: each pinned key as a list."""
     th.set_num_threads(1)
     algo, env_id, env_kwargs, policy, kwargs = RUNS[name]
     model = get_algo(algo)(policy, gym.make(env_id, **env_kwargs), seed=seed, device="cpu", **kwargs)
@@ -80,9 +104,9 @@ def run(name: str, seed: int = 0) -> dict[str, list[float]]:
     model.set_logger(Logger(folder=None, output_formats=[recorder]))
     n_envs = model.env.num_envs
     steps_per_update = n_envs * (env_kwargs.get("sequence_length", 1) if "Token" in env_id else 1)
-    model.learn(total_timesteps=N_UPDATES * steps_per_update)
-    rows = recorder.rows[:N_UPDATES]
-    assert len(rows) == N_UPDATES, (name, len(rows))
+    model.learn(total_timesteps=n_updates * steps_per_update)
+    rows = recorder.rows[:n_updates]
+    assert len(rows) == n_updates, (name, len(rows))
     return {key: [row[key] for row in rows] for key in KEYS if key in rows[0]}
 
 

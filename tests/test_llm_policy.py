@@ -16,7 +16,6 @@ from agents.policies import LLMPolicy
 from agents.policies.generation import Completions
 
 pytest.importorskip("transformers")
-pytest_plugins = ["tests.llm_fixtures"]  # the tiny_llm_dir fixture
 torch.set_num_threads(1)
 
 PROMPTS = ["hi", "what is 12+30?", "abc"]

@@ -24,7 +24,6 @@ from agents.integrations import trl as tpo_trl  # noqa: E402
 from tests import trl_group_run  # noqa: E402
 from tests.trl_group_run import K, fixed_rollout, length_reward  # noqa: E402
 
-pytest_plugins = ["tests.llm_fixtures"]  # the tiny_llm_dir fixture
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 

@@ -14,7 +14,6 @@ import torch
 from gymnasium import spaces
 
 pytest.importorskip("transformers")
-pytest_plugins = ["tests.llm_fixtures"]  # the tiny_llm_dir fixture
 torch.set_num_threads(1)
 
 

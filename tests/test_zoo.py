@@ -20,7 +20,6 @@ from agents.zoo import registry
 from agents.zoo.callbacks import atomic_save
 from agents.zoo.hyperparams import ConfigError
 from agents.zoo.train import configure, train
-from tests.llm_fixtures import tiny_llm_dir  # noqa: F401  (fixture)
 from tests.test_zoo_sb3 import TINY_EXTERNAL
 
 torch.set_num_threads(1)
@@ -243,7 +242,8 @@ class InterruptAfter(BaseCallback):
 
 def test_interrupt_saves_a_loadable_model(tmp_path: Path) -> None:
     result = zoo(
-        tmp_path, "-n", "1000", "--save-freq", "16", "-params", *TINY_SB3, "callback:test_zoo.InterruptAfter"
+        tmp_path, "-n", "1000", "--save-freq", "16",
+        "-params", *TINY_SB3, "callback:tests.test_zoo.InterruptAfter",
     )
     assert result.interrupted and result.model.num_timesteps == 32
     run = Path(result.save_path)

@@ -21,10 +21,10 @@ import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import yaml
 from stable_baselines3.common.utils import check_for_correct_spaces
 
 from agents.base import model_zip_path
@@ -32,6 +32,7 @@ from agents.zoo import registry
 from agents.zoo.callbacks import episode_task_error
 from agents.zoo.envs import make_env, normalized
 from agents.zoo.hyperparams import ConfigError, evaluated
+from agents.zoo.run_files import read_run_yaml
 from agents.zoo.train import StoreDict, load_error, resolve
 
 #: The algorithm and env of ``python -m agents.evaluate`` without a run to take them from.
@@ -138,7 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--load-best", action="store_true", help="load best_model.zip")
     which.add_argument("--load-checkpoint", type=int, help="load rl_model_<N>_steps.zip")
     which.add_argument("--load-last-checkpoint", action="store_true", help="load the latest checkpoint")
-    p.add_argument("-n", "--n-episodes", type=int, default=100, help="episodes (text envs: eval items)")
+    p.add_argument(
+        "-n", "--n-episodes", type=int, default=100,
+        help="number of EPISODES to evaluate (text envs: eval items); unlike rl_zoo3's enjoy -n (and "
+        "python -m agents.enjoy -n), which counts steps",
+    )  # fmt: skip
     p.add_argument("--pass-k", type=int, default=8, help="text envs: k of pass@k (0: greedy only)")
     p.add_argument("--n-envs", type=int, default=1, help="envs evaluated in parallel")
     p.add_argument("--deterministic", action="store_true", help="greedy actions (default: sampled)")
@@ -157,14 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def recorded_run(folder: str) -> tuple[str, dict[str, Any]] | None:
-    """``(<Env>, args.yml)`` of the zoo run in ``folder`` (``<Env>/args.yml``), or None if it is not one."""
+    """``(<Env>, args.yml)`` of the zoo run in ``folder`` (``<Env>/args.yml``, ours or rl_zoo3's), or None
+    if it is not one."""
     if not os.path.isdir(folder):
         return None
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name, "args.yml")
         if os.path.isfile(path):
-            with open(path) as f:
-                return name, yaml.safe_load(f) or {}
+            return name, read_run_yaml(path)
     return None
 
 
@@ -190,6 +195,9 @@ def find_model(args: argparse.Namespace, algo: str, env_name: str) -> tuple[str,
 
     log_path = os.path.join(args.folder, algo)
     run_id = args.exp_id if args.exp_id > 0 else get_latest_run_id(log_path, env_name)
+    if run_id == 0:
+        raise ConfigError(f"No run of {algo} on {env_name} in {log_path} (no folder {env_name}_<N>): "
+                          f"train one, or pass -f <log folder> or --model <zip or run folder>")  # fmt: skip
     run = os.path.join(log_path, f"{env_name}_{run_id}")
     if args.load_best:
         path = os.path.join(run, "best_model.zip")
@@ -219,22 +227,36 @@ def run_env_kwargs(run: str | None, env_name: str) -> dict[str, Any]:
     for name in ("config.yml", "args.yml"):
         path = os.path.join(run, env_name, name)
         if os.path.isfile(path):
-            with open(path) as f:
-                data.append(yaml.safe_load(f) or {})
+            data.append(read_run_yaml(path))
     for key in ("env_kwargs", "eval_env_kwargs"):
         for entry in data:
             kwargs.update(evaluated(entry.get(key) or {}))
     return kwargs
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Evaluate the model chosen by ``argv`` and print (and return) the results."""
-    import torch
-    from stable_baselines3.common.utils import set_random_seed
+@dataclass
+class ChosenModel:
+    """The model a command line chose, loaded: its algorithm, env, zip, run folder and env kwargs."""
 
-    args = build_parser().parse_args(argv)
-    if args.num_threads > 0:
-        torch.set_num_threads(args.num_threads)
+    algo: str
+    env_id: str
+    env_name: str
+    path: str
+    run: str | None
+    env_kwargs: dict[str, Any]
+    model: Any
+
+
+def load_model(algo: str, algo_class: type, path: str, device: str, **kwargs: Any) -> Any:
+    """``algo_class.load(path)``; a failure (a corrupt zip, another algorithm's) is a one-line ConfigError."""
+    try:
+        return algo_class.load(path, device=device, **kwargs)
+    except Exception as err:  # one line, not a traceback
+        raise ConfigError(f"cannot load {path} as {algo}: {load_error(err)}") from err
+
+
+def choose_model(args: argparse.Namespace, **load_kwargs: Any) -> ChosenModel:
+    """Resolve ``--algo``/``--env`` (from ``--model``'s run when not given), find the zip and load it."""
     run = model_and_run(args.model)[1] if args.model else None
     recorded = (recorded_run(run) or ("", {}))[1] if run else {}
     args.algo = args.algo or recorded.get("algo") or DEFAULT_ALGO  # a run's model: the run's algo and env
@@ -245,10 +267,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if recorded and recorded.get("env") != env_id:
         print(f"Not using the env kwargs of {run}: it trained on {recorded.get('env')}, not {env_id}")
     env_kwargs = {**run_env_kwargs(run, env_name), **args.env_kwargs}
-    try:
-        model = algo_class.load(path, device=args.device)
-    except Exception as err:  # a corrupt zip, or one of another algorithm: one line, not a traceback
-        raise ConfigError(f"cannot load {path} as {algo}: {load_error(err)}") from err
+    model = load_model(algo, algo_class, path, args.device, **load_kwargs)
+    return ChosenModel(algo, env_id, env_name, path, run, env_kwargs, model)
+
+
+def with_run_stats(env: Any, chosen: ChosenModel) -> Any:
+    """``env`` in the run's frozen ``VecNormalize`` statistics, if it trained with ``normalize`` (SB3)."""
+    stats = os.path.join(chosen.run, chosen.env_name, "vecnormalize.pkl") if chosen.run else ""
+    return normalized(env, {}, stats, training=False) if os.path.isfile(stats) else env
+
+
+def misfit(chosen: ChosenModel, err: Exception) -> ConfigError:
+    """The one-line error of a model that does not fit the env built for it (``err``: what failed)."""
+    hint = "" if chosen.run else " (pass the env kwargs it was trained with: --env-kwargs key:value ...)"
+    return ConfigError(f"{chosen.path} does not fit {chosen.env_id} with env_kwargs {chosen.env_kwargs}: "
+                       f"{err}{hint}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate the model chosen by ``argv`` and print (and return) the results."""
+    import torch
+    from stable_baselines3.common.utils import set_random_seed
+
+    args = build_parser().parse_args(argv)
+    if args.num_threads > 0:
+        torch.set_num_threads(args.num_threads)
+    chosen = choose_model(args)
+    model, path, env_id, env_kwargs = chosen.model, chosen.path, chosen.env_id, chosen.env_kwargs
     set_random_seed(args.seed)  # sampled actions repeat for one seed
     if is_text_env(env_id):
         result = {"model": path, "env_id": env_id, "env_kwargs": env_kwargs}
@@ -262,16 +307,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         env = make_env(env_id, args.n_envs, args.seed, env_kwargs)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"cannot make {env_id} with env_kwargs {env_kwargs}: {err}") from err
-    stats = os.path.join(run, env_name, "vecnormalize.pkl") if run else ""
-    if os.path.isfile(stats):  # a run trained with `normalize` (SB3 algorithms): its frozen statistics
-        env = normalized(env, {}, stats, training=False)
+    env = with_run_stats(env, chosen)
     try:
         check_for_correct_spaces(env, model.observation_space, model.action_space)
         result = {"model": path, "env_id": env_id, "env_kwargs": env_kwargs}
         result.update(evaluate(model, env, args.n_episodes, args.deterministic))
     except ValueError as err:
-        hint = "" if run else " (pass the env kwargs it was trained with: --env-kwargs key:value ...)"
-        raise ConfigError(f"{path} does not fit {env_id} with env_kwargs {env_kwargs}: {err}{hint}") from err
+        raise misfit(chosen, err) from err
     finally:
         env.close()
     print(report(result, path))

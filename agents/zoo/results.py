@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import yaml
 
 from agents.zoo import registry
+from agents.zoo.run_files import RunFileError, read_run_yaml
 
 X_AXES = ("timesteps", "episodes", "updates")
 Y_AXES = ("task_error", "reward", "success")
@@ -63,11 +63,13 @@ class Curve:
 
 
 def _env_id(path: str, env_name: str) -> str:
-    """The env id recorded in the run's ``args.yml`` (the folder name if there is none)."""
+    """The env id recorded in the run's ``args.yml`` (ours or rl_zoo3's; the folder name if there is none)."""
     args = os.path.join(path, env_name, "args.yml")
     if os.path.isfile(args):
-        with open(args) as f:
-            recorded = yaml.safe_load(f) or {}
+        try:
+            recorded = read_run_yaml(args)
+        except RunFileError as err:
+            raise ResultsError(str(err)) from err
         if isinstance(recorded.get("env"), str):
             return recorded["env"]
     return env_name

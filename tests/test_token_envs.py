@@ -224,6 +224,16 @@ def test_invalid_render_mode_is_one_line():
         gym.make("TPO/TokenReversal-v0", render_mode="rgb_array")
 
 
+@pytest.mark.filterwarnings("ignore:.*render_mode='rgb_array'")
+def test_sb3_make_vec_env_falls_back_from_its_default_rgb_array():
+    # make_vec_env asks for render_mode="rgb_array" and retries without it on a TypeError.
+    from stable_baselines3.common.env_util import make_vec_env
+
+    venv = make_vec_env("TPO/TokenReversal-v0", n_envs=2, seed=0, env_kwargs={"sequence_length": 3})
+    assert venv.reset().shape == (2, 6) and venv.envs[0].unwrapped.render_mode is None
+    venv.close()
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"vocab_size": 1}, r"vocab_size must be an integer >= 2, got 1"),
     ({"sequence_length": 0}, r"sequence_length must be an integer >= 1, got 0"),

@@ -63,10 +63,18 @@ def check_int_array(name: str, value: Any, n_values: int, ndim: int) -> np.ndarr
     return array.astype(np.int64)
 
 
+class RenderModeError(ValueError, TypeError):
+    """An unsupported ``render_mode``: a ``ValueError``, and a ``TypeError`` too, because SB3's
+    ``make_vec_env`` asks for ``render_mode="rgb_array"`` and retries without it on a ``TypeError``
+    (what an env that takes no ``render_mode`` raises)."""
+
+
 def check_render_mode(render_mode: str | None, modes: list[str] | tuple[str, ...]) -> str | None:
-    """Return ``render_mode`` if it is ``None`` or one of ``modes``, else raise a one-line ``ValueError``."""
+    """Return ``render_mode`` if it is ``None`` or one of ``modes``, else raise a one-line
+    :class:`RenderModeError` (a ``ValueError``) naming the allowed modes."""
     if render_mode is not None and render_mode not in modes:
-        raise ValueError(f"unknown render_mode {render_mode!r}; allowed values: {', '.join(modes)} or None")
+        allowed = ", ".join(modes)
+        raise RenderModeError(f"unknown render_mode {render_mode!r}; allowed values: {allowed} or None")
     return render_mode
 
 

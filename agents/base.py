@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
 from agents import checks
-from agents.modes import MODES, VIEWS, CollectionMode, make_mode
+from agents.modes import DEFAULT_GROUP_SIZE, MODES, VIEWS, CollectionMode, EnvTraits, make_mode
 from agents.policies import MlpPolicy, TabularPolicy, TransformerPolicy
 from tpo_gym.sb3 import SB3VecEnv
 
@@ -76,10 +76,15 @@ class GroupAlgorithm(BaseAlgorithm):
         are read); the algorithm builds its own natively batched env of the size its mode needs.
     :param learning_rate: effective learning rate (float or schedule); 1e-3 is the paper's transformer rate.
     :param batch_size: B, contexts (prompts, images) per update.
-    :param group_size: K, candidates per context (next tokens in token mode, episodes in sequence mode).
+    :param group_size: K, candidates per context (next tokens in token mode, episodes in sequence mode,
+        completions in text mode; single mode with ``match="interactions"``: B*K contexts); default 8
+        where the mode uses K, else 1 (single mode matched by prompts, population mode).
     :param n_epochs: optimizer steps on each batch, with targets and old log-probs frozen.
     :param group_mode: ``token``, ``sequence``, ``single``, ``population`` or ``text`` (see
-        ``agents.modes``); default: the algorithm's ``default_mode``.
+        ``agents.modes``); default: the env's natural mode for this algorithm (:meth:`natural_mode`:
+        single on the k-armed bandit and MNIST, population on the multi-context bandit where the
+        algorithm has it, token on the dense-reward token tasks, sequence on terminal-reward ones,
+        text on the text envs). An explicit value always wins.
     :param match: ``prompts`` or ``interactions``; interaction matching gives single-sample methods
         B*K contexts and the learning rate times sqrt(K) (paper Sec. 3.5).
     :param baseline: single mode: ``"batch_mean"`` (per-position batch mean), ``"expected"``
@@ -102,7 +107,11 @@ class GroupAlgorithm(BaseAlgorithm):
         "MlpPolicy": MlpPolicy,
         "TabularPolicy": TabularPolicy,
     }
-    #: The collection mode used when ``group_mode`` is not given.
+    #: The collection modes in this algorithm's order of preference: without ``group_mode`` it takes
+    #: the first supported one that is natural for the env (``CollectionMode.is_natural_for``).
+    mode_preference: ClassVar[tuple[str, ...]] = ("text", "token", "sequence", "population", "single")
+    #: The mode of an algorithm built with neither ``group_mode`` nor an env (SB3's ``load`` builds one
+    #: so, then restores the saved ``group_mode``); with an env, :meth:`natural_mode` decides.
     default_mode: ClassVar[str] = "token"
     #: Hyperparameters that may be SB3 schedules (``lin_0.2``); read with :meth:`scheduled`.
     schedules: ClassVar[tuple[str, ...]] = ()
@@ -117,7 +126,7 @@ class GroupAlgorithm(BaseAlgorithm):
         env: EnvLike | None,
         learning_rate: float | Any = 1e-3,
         batch_size: int = 100,
-        group_size: int = 8,
+        group_size: int | None = None,
         n_epochs: int = 4,
         group_mode: str | None = None,
         match: str = "prompts",
@@ -137,10 +146,19 @@ class GroupAlgorithm(BaseAlgorithm):
     ) -> None:
         self.learning_rate = learning_rate
         self.batch_size = batch_size
-        self.group_size = group_size
         self.n_epochs = n_epochs
-        self.group_mode = group_mode or self.default_mode
         self.match = match
+        env_id, merged_kwargs = env_id_and_kwargs(env) if env is not None else (None, {})
+        merged_kwargs = {**merged_kwargs, **(env_kwargs or {})}
+        #: The probe env the natural mode was read from, reused by ``_setup_model`` (then None).
+        self._probe: gym.Env | None = None
+        if group_mode is None and env is not None:
+            group_mode, self._probe = self._choose_mode(env_id, merged_kwargs, env)
+        self.group_mode = group_mode if group_mode is not None else self.default_mode
+        if group_size is None:
+            mode_class = MODES.get(self.group_mode) if isinstance(self.group_mode, str) else None
+            group_size = mode_class.default_group_size(match) if mode_class else DEFAULT_GROUP_SIZE
+        self.group_size = group_size
         self.baseline = baseline
         self.kl_coef = kl_coef
         self.mode_kwargs = dict(mode_kwargs or {})
@@ -168,8 +186,7 @@ class GroupAlgorithm(BaseAlgorithm):
         #: The last batch's ``rollout/`` values per member (``task_error`` ..., each ``[n_seeds]``).
         self.member_rollout: dict[str, np.ndarray] = {}
         if env is not None:
-            self.env_id, given_kwargs = env_id_and_kwargs(env)
-            self.env_kwargs = {**given_kwargs, **(env_kwargs or {})}
+            self.env_id, self.env_kwargs = env_id, merged_kwargs
             self._env_source = env
         if _init_setup_model:
             self._setup_model()
@@ -193,6 +210,47 @@ class GroupAlgorithm(BaseAlgorithm):
         """The collection modes that offer a view this algorithm has a loss for."""
         views = set(cls.loss_views())
         return tuple(name for name, mode in MODES.items() if views & set(mode.views))
+
+    @classmethod
+    def natural_mode(cls, env: EnvLike, env_kwargs: dict[str, Any] | None = None) -> str:
+        """The collection mode this algorithm uses on ``env`` when ``group_mode`` is not given.
+
+        The rule: among the modes of :attr:`mode_preference` that the algorithm supports and that
+        collect from the env's class, the first whose ``is_natural_for`` holds for the env's
+        :class:`~agents.modes.EnvTraits` (episode length, dense or terminal ``reward``, enumerable
+        contexts); else the first that ``can_collect`` from it. So TPO and GRPO take ``single`` on
+        the k-armed bandit and MNIST, ``population`` on the multi-context bandit, ``token`` on the
+        dense-reward token tasks, ``sequence`` on terminal-reward ones and ``text`` on the text envs;
+        DG and PG ``single`` (``population`` on the multi-context bandit), PPO ``single``, Group PG
+        as TPO but ``single`` on the multi-context bandit, CE ``population``.
+
+        :param env: a registered id or an env made from one (its id and kwargs are read)
+        :param env_kwargs: the env's keyword arguments (over those of ``env``), e.g. ``reward``
+        :raises ValueError: no mode of the algorithm can train on the env (one line naming it)
+        """
+        env_id, given = env_id_and_kwargs(env)
+        return cls._choose_mode(env_id, {**given, **(env_kwargs or {})}, env)[0]
+
+    @classmethod
+    def _choose_mode(
+        cls, env_id: str, env_kwargs: dict[str, Any], source: EnvLike
+    ) -> tuple[str, gym.Env | None]:
+        """:meth:`natural_mode` and the probe env it read the traits from (None if it read none)."""
+        name, supported = cls.__name__, cls.supported_modes()
+        env_class = _env_class(env_id)
+        candidates = [m for m in cls.mode_preference if m in supported and MODES[m].collects_from(env_class)]
+        if not candidates:
+            kinds = " or ".join(dict.fromkeys(MODES[m].env_description for m in supported))
+            raise ValueError(f"{name} collects groups from {kinds}; {env_id!r} is not one: train other envs "
+                             "with an SB3 algorithm (e.g. sb3_ppo).")
+        traits = EnvTraits(lambda: _make_probe(env_id, env_kwargs, source))
+        for test in ("is_natural_for", "can_collect"):
+            for mode in candidates:
+                if getattr(MODES[mode], test)(traits):
+                    return mode, traits.env
+        needs = "; ".join(f"{m} mode needs {MODES[m].needs}" for m in candidates)
+        given = f" with {env_kwargs}" if env_kwargs else ""
+        raise ValueError(f"{name} has no collection mode for {env_id!r}{given}: {needs}")
 
     def _validate(self) -> None:
         """Check every hyperparameter's type and range (a :class:`~agents.checks.HyperparameterError`,
@@ -277,10 +335,9 @@ class GroupAlgorithm(BaseAlgorithm):
         env (CartPole, say) gets a clear error rather than a failure inside its constructor.
         """
         name, mode = type(self).__name__, MODES[self.group_mode]
-        entry_point = gym.spec(self.env_id).entry_point
-        env_class = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-        if not _is_subclass(env_class, mode.env_types):
-            fitting = [m for m in self.supported_modes() if _is_subclass(env_class, MODES[m].env_types)]
+        env_class = _env_class(self.env_id)
+        if not mode.collects_from(env_class):
+            fitting = [m for m in self.supported_modes() if MODES[m].collects_from(env_class)]
             hint = (
                 f"for {self.env_id!r} use group_mode={fitting[0]!r}"
                 if fitting
@@ -290,13 +347,8 @@ class GroupAlgorithm(BaseAlgorithm):
                 f"{name} in {mode.name} mode collects groups from {mode.env_description}; "
                 f"{self.env_id!r} is not one: {hint}."
             )
-        if isinstance(source, gym.Env):
-            probe = source
-        else:
-            try:
-                probe = gym.make(self.env_id, **self.env_kwargs)
-            except (TypeError, ValueError) as err:  # an unknown env kwarg, or a value out of range
-                raise ValueError(f"cannot make {self.env_id} with {self.env_kwargs}: {err}") from err
+        probe = self._probe if self._probe is not None else _make_probe(self.env_id, self.env_kwargs, source)
+        self._probe = None
         if not isinstance(probe.action_space, mode.action_space_types):
             raise ValueError(f"{name} in {mode.name} mode needs a {mode.action_space_types[0].__name__} "
                              f"action space, got {probe.action_space}")
@@ -519,7 +571,8 @@ class GroupAlgorithm(BaseAlgorithm):
         self.logger.dump(step=self.num_timesteps)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "lr_schedule", "mode", "_monitor", "_env_source", "_view"]
+        return [*super()._excluded_save_params(), "lr_schedule", "mode", "_monitor", "_env_source", "_view",
+                "_probe"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
@@ -560,8 +613,20 @@ class _EpisodeMonitor:
         self._writer.file_handler.flush()
 
 
-def _is_subclass(env_class: Any, types: tuple[type, ...]) -> bool:
-    return isinstance(env_class, type) and issubclass(env_class, types)
+def _env_class(env_id: str) -> Any:
+    """The registered entry point of ``env_id`` (a class for the ``tpo_gym`` envs), not instantiated."""
+    entry_point = gym.spec(env_id).entry_point
+    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+
+
+def _make_probe(env_id: str, env_kwargs: dict[str, Any], source: EnvLike) -> gym.Env:
+    """One single env of ``env_id`` to read spaces and traits from: ``source`` itself if it is one."""
+    if isinstance(source, gym.Env):
+        return source
+    try:
+        return gym.make(env_id, **env_kwargs)
+    except (TypeError, ValueError) as err:  # an unknown env kwarg, or a value out of range
+        raise ValueError(f"cannot make {env_id} with {env_kwargs}: {err}") from err
 
 
 def _global_grad_norm(parameters: Any, n_members: int = 1) -> float:

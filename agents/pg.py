@@ -34,10 +34,13 @@ class PG(GroupAlgorithm):
 
 
 class GroupPG(GroupAlgorithm):
-    """Group PG with the SB3 API.
+    """Group PG with the SB3 API. Without ``group_mode`` it takes TPO's modes, except ``single`` on the
+    multi-context bandit (the zoo's setting: the paper defines no exact update for it).
 
     :param eta: temperature dividing the standardised scores.
     """
+
+    mode_preference = ("text", "token", "sequence", "single", "population")
 
     def __init__(self, policy: Any, env: Any, eta: float = 1.0, **kwargs: Any) -> None:
         self.eta = eta

@@ -96,7 +96,8 @@ def test_same_seed_gives_the_same_losses():
 
 def test_terminal_reward_rejects_token_groups():
     with pytest.raises(ValueError, match="terminal"):
-        TPO("TransformerPolicy", copy_env("terminal"), batch_size=4, group_size=2, **TOKEN_KW).learn(12)
+        TPO("TransformerPolicy", copy_env("terminal"), batch_size=4, group_size=2, group_mode="token",
+            **TOKEN_KW).learn(12)
 
 
 def test_unknown_group_mode_names_the_choices():

@@ -161,4 +161,5 @@ def test_load_without_env_predicts_and_with_an_id_builds_its_env(tmp_path: Path)
 
 def test_a_text_env_in_another_mode_names_the_mode_to_use():
     with pytest.raises(ValueError, match="for 'TPO/GraphColor-v0' use group_mode='text'"):
-        TPO("TransformerPolicy", "TPO/GraphColor-v0", env_kwargs=dict(size=2, eval_size=1), **SMALL)
+        TPO("TransformerPolicy", "TPO/GraphColor-v0", env_kwargs=dict(size=2, eval_size=1),
+            group_mode="token", **SMALL)

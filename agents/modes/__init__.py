@@ -1,15 +1,19 @@
 """Collection modes: how an algorithm gathers groups and which views of them its loss reads.
 
-==============  ==============================================  =====================
-mode            batch                                           views (preferred first)
-==============  ==============================================  =====================
-``token``       K next-token candidates at every prefix         group
-``sequence``    K whole episodes per shared context             group
-``single``      one sampled episode per context                 sample, group
-``population``  every action of every context, scored exactly   exact, group
-``text``        K completions per prompt of a language model    group, sample
-==============  ==============================================  =====================
+==============  ==============================================  =============  ============================
+mode            batch                                           views          natural for (an env with)
+==============  ==============================================  =============  ============================
+``token``       K next-token candidates at every prefix         group          several steps, dense reward
+``sequence``    K whole episodes per shared context             group          several steps
+``single``      one sampled episode per context                 sample, group  any episodes
+``population``  every action of every context, scored exactly   exact, group   one step, several contexts
+``text``        K completions per prompt of a language model    group, sample  text prompts (a text env)
+==============  ==============================================  =============  ============================
 
+Views are listed preferred first; "natural for" is ``CollectionMode.is_natural_for``.
+An algorithm built without ``group_mode`` takes the first mode of its ``mode_preference`` (text,
+token, sequence, population, single; Group PG: single before population) that it supports and that
+is natural for the env (:meth:`agents.base.GroupAlgorithm.natural_mode`).
 A new mode is one more :class:`CollectionMode` subclass registered in :data:`MODES`.
 """
 
@@ -17,7 +21,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.modes.base import VIEWS, CollectionMode, ExactView, GroupView, SampleView, View
+from agents.modes.base import (
+    DEFAULT_GROUP_SIZE,
+    VIEWS,
+    CollectionMode,
+    EnvTraits,
+    ExactView,
+    GroupView,
+    SampleView,
+    View,
+)
 from agents.modes.population import PopulationMode
 from agents.modes.sequence import SequenceMode
 from agents.modes.single import SingleMode
@@ -37,9 +50,11 @@ def make_mode(name: str, **settings: Any) -> CollectionMode:
 
 
 __all__ = [
+    "DEFAULT_GROUP_SIZE",
     "MODES",
     "VIEWS",
     "CollectionMode",
+    "EnvTraits",
     "ExactView",
     "GroupView",
     "PopulationMode",

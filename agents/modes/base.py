@@ -13,6 +13,12 @@ An algorithm implements its loss on one or more *views* of a batch:
 A mode lists the views it offers, preferred first; the algorithm uses the first one it implements.
 So a new mode (text completions for language models, say) offers views, and every algorithm with a
 loss on one of them runs on it unchanged.
+
+A mode also says which envs it collects from (:attr:`CollectionMode.env_types`, the registered
+classes) and, from an env's :class:`EnvTraits`, whether it *can* collect from it and whether it is the
+*natural* way to (the paper's and the zoo's choice): an algorithm built without ``group_mode`` takes
+the first mode of its ``mode_preference`` that is natural for the env
+(:meth:`agents.base.GroupAlgorithm.natural_mode`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -36,6 +43,49 @@ StepHook = Callable[[int], bool]
 """Called after every env step with the number of interactions it made; False stops collection."""
 
 VIEWS = ("group", "sample", "exact")
+#: K where a mode's groups are K candidates per context and ``group_size`` is not given (paper: K = 8).
+DEFAULT_GROUP_SIZE = 8
+
+
+class EnvTraits:
+    """What the choice of a collection mode reads from an env, from one single env of it (a probe)
+    built on first use: a choice that reads no trait (a text env, collected in ``text`` mode only)
+    builds no env.
+
+    :param make_env: returns the probe env (a ``tpo_gym`` ``BatchedTaskEnv``, possibly wrapped)
+    """
+
+    def __init__(self, make_env: Callable[[], Any]) -> None:
+        self._make_env = make_env
+        self.env: Any | None = None  # the probe, once built
+
+    def _probe(self) -> Any:
+        if self.env is None:
+            self.env = self._make_env()
+        return self.env
+
+    def _task(self) -> Any:
+        """The probe's batched task (``BatchedTask``: ``horizon``, and ``reward`` on the token tasks)."""
+        return getattr(self._probe().unwrapped, "task", None)
+
+    @cached_property
+    def horizon(self) -> int:
+        """Steps per episode; 1 is a bandit (one action per context: the k-armed and multi-context
+        bandits, MNIST)."""
+        return int(getattr(self._task(), "horizon", 1))
+
+    @cached_property
+    def dense_reward(self) -> bool:
+        """Every step is rewarded, so candidates can be scored at each prefix: the env's ``reward``
+        kwarg is not ``"terminal"`` (the token tasks' terminal reward scores whole sequences only)."""
+        return getattr(self._task(), "reward", None) != "terminal"
+
+    @cached_property
+    def n_contexts(self) -> int | None:
+        """The number of contexts when the observation is a context index (a ``Discrete`` space: the
+        tabular bandits), else None (images, token prompts)."""
+        space = self._probe().observation_space
+        return int(space.n) if isinstance(space, spaces.Discrete) else None
 
 
 @dataclass
@@ -100,6 +150,8 @@ class CollectionMode(ABC):
     vector_env_types: ClassVar[tuple[type, ...]] = (BatchedTaskVectorEnv,)
     env_description: ClassVar[str] = "a natively batched tpo_gym env (the TPO/ token, bandit and MNIST envs)"
     action_space_types: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
+    #: What :meth:`can_collect` asks of an env, for the error when no mode of an algorithm can train on it.
+    needs: ClassVar[str] = "an env of its classes"
     #: Whether :meth:`reference_kl` is available (a frozen reference model, ``kl_coef``).
     has_reference_kl: ClassVar[bool] = False
 
@@ -110,6 +162,33 @@ class CollectionMode(ABC):
         self.batch_size, self.group_size, self.match = batch_size, group_size, match
         self.baseline, self.observation_space = baseline, observation_space
         self.n_members = n_members
+
+    @classmethod
+    def collects_from(cls, env_class: Any) -> bool:
+        """Whether ``env_class`` (a registered entry point) is one of the envs this mode collects from."""
+        return isinstance(env_class, type) and issubclass(env_class, cls.env_types)
+
+    @classmethod
+    def can_collect(cls, traits: EnvTraits) -> bool:
+        """Whether this mode can train on an env with ``traits`` (of a class it collects from)."""
+        return True
+
+    @classmethod
+    def is_natural_for(cls, traits: EnvTraits) -> bool:
+        """Whether this mode is the natural way to collect groups from an env with ``traits`` (the
+        paper's and the zoo's choice); a subclass narrows it, and implies :meth:`can_collect`."""
+        return cls.can_collect(traits)
+
+    @classmethod
+    def uses_group_size(cls, match: str) -> bool:
+        """Whether ``group_size`` K changes what this mode collects (True here: K candidates per
+        context form a group); False where the action set is the group or each sample stands alone."""
+        return True
+
+    @classmethod
+    def default_group_size(cls, match: str) -> int:
+        """K when ``group_size`` is not given: :data:`DEFAULT_GROUP_SIZE` where the mode uses K, else 1."""
+        return DEFAULT_GROUP_SIZE if cls.uses_group_size(match) else 1
 
     @classmethod
     def min_group_size(cls, view: str) -> int:

@@ -7,7 +7,7 @@ import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
-from agents.modes.base import CollectionMode, ExactView, GroupView, StepHook
+from agents.modes.base import CollectionMode, EnvTraits, ExactView, GroupView, StepHook
 from agents.policies.protocols import ActionPolicy
 from agents.rollout import Population, collect_population
 
@@ -22,6 +22,23 @@ class PopulationMode(CollectionMode):
 
     name = "population"
     views = ("exact", "group")
+    needs = "one-step episodes (a bandit or MNIST)"
+
+    @classmethod
+    def can_collect(cls, traits: EnvTraits) -> bool:
+        """One-step envs: the env scores every action of a context (bandits, MNIST), not a sequence."""
+        return traits.horizon == 1
+
+    @classmethod
+    def is_natural_for(cls, traits: EnvTraits) -> bool:
+        """A one-step env of several enumerable contexts (the multi-context bandit: exact updates over
+        every context); one context (the k-armed bandit) or images (MNIST) are sampled in ``single``."""
+        return traits.horizon == 1 and traits.n_contexts is not None and traits.n_contexts > 1
+
+    @classmethod
+    def uses_group_size(cls, match: str) -> bool:
+        """The action set is the group: K is unused."""
+        return False
 
     @property
     def n_envs(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch as th
 from gymnasium.vector import VectorEnv
 
-from agents.modes.base import GroupView, StepHook
+from agents.modes.base import EnvTraits, GroupView, StepHook
 from agents.modes.episodes import EpisodeMode
 from agents.policies.protocols import ActionPolicy
 from agents.rollout import Episodes, collect_episodes
@@ -19,6 +19,11 @@ class SequenceMode(EpisodeMode):
 
     name = "sequence"
     views = ("group",)
+
+    @classmethod
+    def is_natural_for(cls, traits: EnvTraits) -> bool:
+        """Episodes of several steps (the token tasks; after ``token`` where the reward is dense)."""
+        return traits.horizon > 1
 
     @classmethod
     def min_group_size(cls, view: str) -> int:

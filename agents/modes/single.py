@@ -10,7 +10,7 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from agents import losses
-from agents.modes.base import GroupView, SampleView, StepHook
+from agents.modes.base import EnvTraits, GroupView, SampleView, StepHook
 from agents.modes.episodes import EpisodeMode
 from agents.policies.protocols import ActionPolicy
 from agents.rollout import Episodes, collect_episodes
@@ -29,6 +29,17 @@ class SingleMode(EpisodeMode):
 
     name = "single"
     views = ("sample", "group")
+
+    @classmethod
+    def is_natural_for(cls, traits: EnvTraits) -> bool:
+        """Any env: one sampled episode per context is SB3's way (the bandits, MNIST, and the
+        single-sample methods on the token tasks)."""
+        return True
+
+    @classmethod
+    def uses_group_size(cls, match: str) -> bool:
+        """K only scales interaction matching (B*K contexts, lr x sqrt(K)); with ``prompts`` it is unused."""
+        return match == "interactions"
 
     @property
     def interaction_matched(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gymnasium.vector import VectorEnv
 
-from agents.modes.base import GroupView, StepHook
+from agents.modes.base import EnvTraits, GroupView, StepHook
 from agents.modes.episodes import EpisodeMode
 from agents.policies.protocols import ActionPolicy
 from agents.rollout import TokenGroups, collect_token_groups
@@ -19,6 +19,17 @@ class TokenMode(EpisodeMode):
 
     name = "token"
     views = ("group",)
+    needs = "a per-step reward (reward='bag_of_tokens' or 'sequential', not 'terminal')"
+
+    @classmethod
+    def can_collect(cls, traits: EnvTraits) -> bool:
+        """Candidates are scored at every prefix: the reward must be dense (not ``terminal``)."""
+        return traits.dense_reward
+
+    @classmethod
+    def is_natural_for(cls, traits: EnvTraits) -> bool:
+        """The dense-reward token tasks: episodes of several steps, each step scored."""
+        return traits.dense_reward and traits.horizon > 1
 
     @classmethod
     def min_group_size(cls, view: str) -> int:

@@ -30,7 +30,7 @@ from stable_baselines3.common.vec_env import VecEnv
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
 from agents import checks
 from agents.modes import DEFAULT_GROUP_SIZE, MODES, VIEWS, CollectionMode, EnvTraits, make_mode
-from agents.policies import MlpPolicy, TabularPolicy, TransformerPolicy
+from agents.policies import GroupPolicy, MlpPolicy, TabularPolicy, TransformerPolicy
 from tpo_gym.sb3 import SB3VecEnv
 
 MATCHES = ("prompts", "interactions")
@@ -185,6 +185,8 @@ class GroupAlgorithm(BaseAlgorithm):
         self._monitor: _EpisodeMonitor | None = None
         #: The last batch's ``rollout/`` values per member (``task_error`` ..., each ``[n_seeds]``).
         self.member_rollout: dict[str, np.ndarray] = {}
+        #: The member of a population that ``predict`` uses (:meth:`set_predict_member`).
+        self.predict_member = 0
         if env is not None:
             self.env_id, self.env_kwargs = env_id, merged_kwargs
             self._env_source = env
@@ -301,6 +303,7 @@ class GroupAlgorithm(BaseAlgorithm):
             ).to(self.device)
         else:
             self.policy = self._make_population()
+            self.policy.set_predict_member(self.predict_member)
 
     def _make_population(self) -> BasePolicy:
         """A policy of ``n_seeds`` members: member m is built exactly as the policy of a run with seed
@@ -416,6 +419,36 @@ class GroupAlgorithm(BaseAlgorithm):
         if env is not None:
             model.set_env(env, force_reset=force_reset, env_kwargs=env_kwargs, monitor_dir=monitor_dir)
         return model
+
+    def set_predict_member(self, member: int) -> None:
+        """Make :meth:`predict` (and so SB3's ``evaluate_policy``, the zoo's ``enjoy``) act with member
+        ``member`` of a population: the learner of seed ``seed + member``. The default is member 0;
+        the choice is saved with the model. One member (``n_seeds=1``): only 0."""
+        if isinstance(self.policy, GroupPolicy):
+            self.policy.set_predict_member(member)
+        elif member != 0:
+            raise ValueError(f"member must be 0 for a model of one member, got {member!r}")
+        self.predict_member = int(member)
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        member: int | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict``, on one observation or a batch of any size. A population
+        (``n_seeds > 1``) acts with one member: ``member`` if given, else :attr:`predict_member` (0
+        unless :meth:`set_predict_member` chose another), with that member's own forward and, when
+        sampling, its own generator; its actions equal ``model.policy.member_policy(m)``'s."""
+        if member is None:
+            return self.policy.predict(observation, state, episode_start, deterministic)
+        if not isinstance(self.policy, GroupPolicy):
+            if member != 0:
+                raise ValueError(f"member must be 0 for a model of one member, got {member!r}")
+            return self.policy.predict(observation, state, episode_start, deterministic)
+        return self.policy.predict(observation, state, episode_start, deterministic, member=member)
 
     @property
     def vector_env(self) -> gym.vector.VectorEnv:

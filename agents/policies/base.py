@@ -3,6 +3,11 @@
 A group policy maps a batch of observations to the full log-probability vector over a discrete
 action set, ``action_log_probs(obs) -> [N, A]``. Everything an algorithm needs (sampling, the
 log-prob of given actions, SB3's ``predict``) is derived from that one method.
+
+A population (``n_members > 1``) predicts with one member, :attr:`GroupPolicy.predict_member` (0
+unless set with :meth:`GroupPolicy.set_predict_member` or passed as ``predict(..., member=m)``), on
+any number of observations: that member's own forward (a cached one-member copy, refreshed when
+the population's parameters change) and, when sampling, that member's own generator.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
@@ -84,6 +90,10 @@ class GroupPolicy(BasePolicy):
         self.n_members = n_members
         #: One sampling generator per member (``load_members``); None: torch's global generator.
         self.member_generators: list[torch.Generator] | None = None
+        #: The member whose actions :meth:`predict` returns (populations; see :meth:`set_predict_member`).
+        self.predict_member = 0
+        # (key, one-member copy) of the member predict uses; a tuple, so that torch registers no submodule
+        self._member_cache: tuple[tuple[Any, ...], GroupPolicy] | None = None
 
     # ------------------------------------------------------------------ to implement
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
@@ -122,8 +132,7 @@ class GroupPolicy(BasePolicy):
     def member_policy(self, member: int) -> GroupPolicy:
         """Member ``member`` of a population as a plain one-member policy of the same settings (its
         parameters copied, a fresh optimizer): predict, evaluate or save one seed of a population."""
-        if not isinstance(member, int) or not 0 <= member < self.n_members:
-            raise ValueError(f"member must be an integer in [0, {self.n_members - 1}], got {member!r}")
+        self._check_member(member)
         settings = self._get_constructor_parameters()
         settings.pop("n_members", None)
         policy = type(self)(**settings).to(self.device)
@@ -132,6 +141,57 @@ class GroupPolicy(BasePolicy):
                 policy.load_state_dict(self.state_dict())
             else:
                 self._store_member(member, policy)
+        return policy
+
+    def _check_member(self, member: Any) -> int:
+        """``member`` if it names a member (an integer in ``[0, n_members - 1]``), else a one-line error."""
+        integer = isinstance(member, int | np.integer) and not isinstance(member, bool)
+        if not integer or not 0 <= member < self.n_members:
+            raise ValueError(f"member must be an integer in [0, {self.n_members - 1}], got {member!r}")
+        return int(member)
+
+    def set_predict_member(self, member: int) -> None:
+        """Make :meth:`predict` act with member ``member`` (default 0: the run with the model's seed)."""
+        self.predict_member = self._check_member(member)
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        member: int | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict`` on one observation or a batch; a population acts with ``member`` (default:
+        :attr:`predict_member`), its own forward and, when sampling, its own generator."""
+        if member is None:
+            return super().predict(observation, state, episode_start, deterministic)
+        previous, self.predict_member = self.predict_member, self._check_member(member)
+        try:
+            return super().predict(observation, state, episode_start, deterministic)
+        finally:
+            self.predict_member = previous
+
+    def predicting_policy(self) -> GroupPolicy:
+        """The one-member policy :meth:`predict` runs: ``self``, or for a population a copy of member
+        :attr:`predict_member` (:meth:`member_policy`) kept between calls and refreshed whenever the
+        population's parameters change (an optimizer step, ``load_state_dict``, a move to a device).
+        Building it leaves torch's global generator untouched."""
+        if self.n_members == 1:
+            return self
+        member = self.predict_member
+        key = (member, *((p.data_ptr(), p._version) for p in self.parameters()))
+        cached = self._member_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if cached is not None and cached[1].device == self.device:
+            policy = cached[1]
+            with torch.no_grad():
+                self._store_member(member, policy)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                policy = self.member_policy(member)
+        self._member_cache = (key, policy)
         return policy
 
     def member_index(self, n_rows: int) -> Tensor:
@@ -164,11 +224,18 @@ class GroupPolicy(BasePolicy):
         return log_probs.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
 
     def _predict(self, observation: PyTorchObs, deterministic: bool = False) -> Tensor:
-        log_probs = self.action_log_probs(observation)
+        generators = self.member_generators
+        if self.n_members == 1:
+            log_probs = self.action_log_probs(observation)
+        else:  # one member on every row
+            policy = self.predicting_policy()
+            policy.set_training_mode(self.training)
+            log_probs = policy.action_log_probs(observation)
+            generators = None if generators is None else [generators[self.predict_member]]
         if deterministic:
             actions = log_probs.argmax(dim=-1)
         else:
-            actions = sample_categorical(log_probs, self.member_generators)
+            actions = sample_categorical(log_probs, generators)
         return actions + self.action_start
 
     def _get_constructor_parameters(self) -> dict[str, Any]:

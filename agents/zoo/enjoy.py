@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exp-id", type=int, default=0,
                    help="run number (0: latest; rl_zoo3's -1, no run sub-folder, is --model here)")
     p.add_argument("--model", type=str, default="",
-                   help="a model .zip or a run folder, instead of -f/--exp-id (not in rl_zoo3)")
+                   help="a model .zip or a run folder, instead of -f/--exp-id and --load-* (not in rl_zoo3)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--load-best", action="store_true", help="load best_model.zip")
     which.add_argument("--load-checkpoint", type=int, help="load rl_model_<N>_steps.zip")

@@ -14,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from agents.files import atomic_write
 
 
 @dataclass(frozen=True)
@@ -90,16 +91,8 @@ def seed_path(out: str | os.PathLike[str], experiment: str, variant: str, algo: 
 
 
 def save_seed(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    """Write the curves and ``meta`` (as JSON) to ``path`` through a temp file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta, default=str)), **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Write the curves and ``meta`` (as JSON) to ``path`` atomically (:func:`agents.files.atomic_write`)."""
+    atomic_write(path, lambda f: np.savez(f, meta=np.array(json.dumps(meta, default=str)), **arrays))
 
 
 def load_seed(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -1,6 +1,7 @@
 """The paper's summary statistics and the MNIST mechanism diagnostics as pure functions.
 
-* ``seed_mean_se``: the curves of every plot are the seed mean +- s.e., s.e. = population std / sqrt(n).
+* Curves and finals are the seed mean +- s.e. of ``agents.zoo.results.seed_mean_se`` (population std /
+  sqrt(n), as the paper's figures): the one definition, shared with the zoo's plots.
 * ``steps_to``: "steps to X% error" (Tables 1, 2, 5) = the first x (0-based episode, or MNIST evaluation
   label) at which the **seed-mean** curve is below the threshold, unsmoothed; ``None`` ("never") if it
   never is.
@@ -19,6 +20,8 @@ import math
 
 import numpy as np
 
+from agents.zoo.results import seed_mean_se
+
 LAMBDA_TPO = math.exp(10.0 / 3.0)
 """TPO's odds factor on a 10-class one-hot score: exp(3 - (-1/3)) (App. B, C)."""
 
@@ -26,12 +29,6 @@ CONCENTRATION_EDGES = (0.0, 0.25, 0.5, 0.75, 1.01)
 """Bins of the wrong-class concentration c of a misclassified image (Fig. 5b)."""
 BOOTSTRAP_SEED = 0
 """The default generator seed of the bootstrap intervals, so that a report is reproducible."""
-
-
-def seed_mean_se(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Seed mean and standard error (population std / sqrt(n_seeds)) of ``curves`` [n_seeds, ...]."""
-    curves = np.asarray(curves, dtype=np.float64)
-    return curves.mean(0), curves.std(0) / math.sqrt(len(curves))
 
 
 def steps_to(curves: np.ndarray, threshold: float, x: np.ndarray | None = None) -> float | None:

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from agents.zoo.results import seed_mean_se
 from experiments.core import Experiment, load_seed
 from experiments.definitions import EXPERIMENTS, get_experiment
-from experiments.metrics import bootstrap_final, bootstrap_steps, final, outside, seed_mean_se, steps_to
+from experiments.metrics import bootstrap_final, bootstrap_steps, final, outside, steps_to
 from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
 
 MNIST_CHECKPOINT = 2000
@@ -102,6 +103,8 @@ def fmt(value: Any, percent: bool) -> str:
         return ""
     if isinstance(value, str):
         return "never" if value == NEVER else value
+    if math.isnan(value):  # the s.e. of one seed
+        return "–"
     if percent:
         return f"{100 * value:.2f}%"
     return f"{value:.2e}"

@@ -16,10 +16,8 @@ trains alone.
 
 from __future__ import annotations
 
-import functools
 import multiprocessing as mp
 import platform
-import subprocess
 import sys
 import time
 import warnings
@@ -94,15 +92,15 @@ def _check_known(kind: str, wanted: set[str] | None, known: set[str]) -> None:
 
 def build_model(spec: RunSpec, seed: int, n_seeds: int = 1) -> Any:
     """The agent of ``spec`` with ``seed`` (and ``n_seeds`` members: seeds ``seed .. seed + n_seeds - 1``),
-    built like the zoo builds it (registry name + ablation kwargs)."""
+    built by the zoo's registry (:func:`agents.zoo.registry.make_agent`: the class of the name plus the
+    settings that define an ablation, a contradiction refused)."""
     import gymnasium as gym
 
     import tpo_gym  # noqa: F401  (registers the envs)
-    from agents.zoo.registry import ablation_kwargs, get_algo
+    from agents.zoo.registry import make_agent
 
-    kwargs = {**ablation_kwargs(spec.algo), **spec.kwargs}
     env = gym.make(spec.env_id, **spec.env_kwargs)
-    return get_algo(spec.algo)(spec.policy, env, seed=seed, n_seeds=n_seeds, device="cpu", **kwargs)
+    return make_agent(spec.algo, spec.policy, env, seed=seed, n_seeds=n_seeds, device="cpu", **spec.kwargs)
 
 
 def supports_members(specs: list[RunSpec]) -> list[bool]:
@@ -160,23 +158,6 @@ def describe(job: Job) -> str:
     return f"{Path(job[0].path).parent}/seed_{job[0].seed}..{job[-1].seed}.npz ({len(job)} seeds, one model)"
 
 
-@functools.cache
-def code_version() -> str:
-    """The git commit of the working tree, with "+dirty" if ``agents/`` or ``tpo_gym/`` have edits.
-
-    Cached: the value when this process first ran a seed, i.e. when it imported the agents.
-    """
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "agents", "tpo_gym"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
 def run_job(job: Job) -> tuple[list[str], float]:
     """Train a job's seeds as one model (``seed`` its first seed, ``n_seeds`` its size), record their
     curves and write each seed's file atomically; returns (paths, the job's wall seconds).
@@ -186,6 +167,7 @@ def run_job(job: Job) -> tuple[list[str], float]:
     """
     import torch
 
+    from agents.provenance import code_version
     from experiments.recorders import RECORDERS
 
     first, spec = job[0], job[0].spec

@@ -1,6 +1,6 @@
 """The experiments' hyperparameters come from the zoo: ``zoo_configs/<algo>.yml``, the entry of the env id
 (or ``default``), read by ``agents.zoo.hyperparams.load_hyperparams`` as ``python train.py`` reads it,
-with the keyword arguments that define an ablation (``agents.zoo.registry.ablation_kwargs``).
+with the keyword arguments that define an ablation (``agents.zoo.registry.defining_settings``).
 
 An experiment adds only what it varies (V, H, K, eta, the reward type, the target logic, the matching,
 the grouping level, a swept batch size, ...) through :func:`zoo_run`. The zoo-only keys (``n_timesteps``,
@@ -15,9 +15,10 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from agents.zoo.hyperparams import PROJECT_CONFIGS
 from experiments.core import RunSpec
 
-ZOO_CONFIGS = Path(__file__).resolve().parents[1] / "zoo_configs"
+ZOO_CONFIGS = PROJECT_CONFIGS
 """The project's ``zoo_configs/`` folder (the single source of the paper's settings)."""
 
 
@@ -42,16 +43,13 @@ def zoo_run(algo: str, env_id: str, n_updates: int, env_kwargs: dict[str, Any] |
     (e.g. ``n_epochs`` of ``tpo_1ep``), as the zoo does.
     """
     from agents.zoo.hyperparams import algo_kwargs, evaluated
-    from agents.zoo.registry import ablation_kwargs
+    from agents.zoo.registry import defining_settings
 
     values = zoo_hyperparams(algo, env_id, configs)
     constructor = {**algo_kwargs(values), **kwargs}
     policy = constructor.pop("policy", None)
     if policy is None:
         raise ValueError(f"zoo_configs/{algo}.yml sets no policy for {env_id}")
-    for key, value in ablation_kwargs(algo).items():
-        if constructor.get(key, value) != value:
-            raise ValueError(f"{algo!r} is defined by {key}={value!r}, but the run sets {constructor[key]!r}")
-        constructor[key] = value
+    constructor.update(defining_settings(algo, constructor))
     env = {**evaluated(values.get("env_kwargs") or {}), **(env_kwargs or {})}
     return RunSpec(algo, env_id, env, policy, constructor, n_updates, recorder, dict(recorder_kwargs or {}))

@@ -14,6 +14,7 @@ import torch as th
 
 from agents.losses import cosine_misalignment
 from agents.zoo.hyperparams import ZOO_KEYS, load_hyperparams
+from agents.zoo.results import seed_mean_se
 from experiments import runner, zoo
 from experiments.core import load_seed, seed_path
 from experiments.definitions import EXPERIMENTS, get_experiment
@@ -23,7 +24,6 @@ from experiments.metrics import (
     final,
     mechanism,
     outside,
-    seed_mean_se,
     steps_to,
 )
 from experiments.recorders import CurveRecorder, MNISTRecorder, TabularMultiRecorder, TabularSingleRecorder

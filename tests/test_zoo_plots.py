@@ -49,7 +49,8 @@ def monitor_rows(run: Path) -> list[dict[str, str]]:
 
 
 def se(values: list[float]) -> float:
-    return float(np.std(values, ddof=1) / np.sqrt(len(values)))
+    """The standard error of the seed mean: population std / sqrt(n), as the paper's figures."""
+    return float(np.std(values) / np.sqrt(len(values)))
 
 
 def run_plots(logs: Path, tmp_path: Path, *argv: str) -> dict:
@@ -130,7 +131,8 @@ def test_mean_and_standard_error_band() -> None:
               results.Curve(np.array([0.0, 5.0, 10.0]), np.array([3.0, 3.0, 3.0]))]  # fmt: skip
     grid, mean, stderr = results.aggregate(curves, n_points=3)
     assert grid.tolist() == [0.0, 5.0, 10.0]
-    assert mean.tolist() == [2.0, 2.5, 3.0] and stderr == pytest.approx([1.0, 0.5, 0.0])
+    assert mean.tolist() == [2.0, 2.5, 3.0]
+    assert stderr == pytest.approx(np.array([1.0, 0.5, 0.0]) / np.sqrt(2))  # population std / sqrt(2)
     smoothed = results.smooth(np.arange(1.0, 6.0), np.array([1.0, 2.0, 3.0, 4.0, 5.0]), 2)
     assert smoothed.x.tolist() == [2.0, 3.0, 4.0, 5.0] and smoothed.y.tolist() == [1.5, 2.5, 3.5, 4.5]
 

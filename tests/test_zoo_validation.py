@@ -18,15 +18,9 @@ from agents.checks import HyperparameterError
 from agents.zoo import callbacks as cb
 from agents.zoo import evaluate as zoo_evaluate
 from agents.zoo import registry
-from agents.zoo.train import (
-    MAX_TABLES,
-    build_callbacks,
-    build_parser,
-    configure,
-    default_log_interval,
-    main,
-    train,
-)
+from agents.zoo.cli import build_parser
+from agents.zoo.run import MAX_TABLES, build_callbacks, default_log_interval
+from agents.zoo.train import configure, main, train
 
 torch.set_num_threads(1)
 

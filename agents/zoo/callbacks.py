@@ -8,7 +8,6 @@ for a grouped algorithm whose steps cover many prompts at once.
 from __future__ import annotations
 
 import os
-import tempfile
 import warnings
 from typing import Any
 
@@ -17,28 +16,20 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, EvalCallback, EventCallback, ProgressBarCallback
 from stable_baselines3.common.logger import HParam, KVWriter, SeqWriter, TensorBoardOutputFormat
 
+from agents.files import atomic_write
+
 #: Scalars the HParams tab shows next to the hyperparameters.
 HPARAM_METRICS = ("rollout/task_error", "eval/task_error", "eval/mean_reward", "rollout/ep_rew_mean")
 
 
 def atomic_save(model: BaseAlgorithm, path: str) -> str:
-    """Save ``model`` to ``path`` (``.zip`` added if missing) through a temp file and ``os.replace``.
+    """Save ``model`` to ``path`` (``.zip`` added if missing) with :func:`agents.files.atomic_write`.
 
-    An interruption while writing leaves the previous file at ``path`` intact.
+    An interruption while writing leaves the previous file at ``path`` intact; the zip gets the mode
+    of the run's other files.
     """
     path = path if path.endswith(".zip") else path + ".zip"
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".zip")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            model.save(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write(path, model.save)
     return path
 
 

@@ -30,10 +30,11 @@ from stable_baselines3.common.utils import check_for_correct_spaces
 from agents.base import model_zip_path
 from agents.zoo import registry
 from agents.zoo.callbacks import episode_task_error
+from agents.zoo.cli import StoreDict
 from agents.zoo.envs import make_env, normalized
-from agents.zoo.hyperparams import ConfigError, evaluated
+from agents.zoo.hyperparams import ConfigError, evaluated, one_line
+from agents.zoo.run import resolve
 from agents.zoo.run_files import read_run_yaml
-from agents.zoo.train import StoreDict, load_error, resolve
 
 #: The algorithm and env of ``python -m agents.evaluate`` without a run to take them from.
 DEFAULT_ALGO, DEFAULT_ENV = "tpo", "TPO/TokenReversal-v0"
@@ -252,7 +253,7 @@ def load_model(algo: str, algo_class: type, path: str, device: str, **kwargs: An
     try:
         return algo_class.load(path, device=device, **kwargs)
     except Exception as err:  # one line, not a traceback
-        raise ConfigError(f"cannot load {path} as {algo}: {load_error(err)}") from err
+        raise ConfigError(f"cannot load {path} as {algo}: {one_line(err)}") from err
 
 
 def choose_model(args: argparse.Namespace, **load_kwargs: Any) -> ChosenModel:

@@ -61,8 +61,11 @@ EVALUATED_KEYS = ("policy_kwargs", "replay_buffer_kwargs")
 IMPORTED_KEYS = ("policy", "replay_buffer_class")
 #: Dict-valued keys that merge key by key across sources.
 MERGED_KEYS = ("env_kwargs", "eval_env_kwargs")
+#: The project's ``zoo_configs/`` (the paper's hyperparameters): beside ``agents/`` in a checkout, and in
+#: site-packages after ``pip install .``, which ships it as the package ``zoo_configs``.
+PROJECT_CONFIGS = Path(__file__).resolve().parents[2] / "zoo_configs"
 #: Where a run without ``--hyperparams``/``--conf-file`` looks for ``<algo>.yml``.
-DEFAULT_DIRS = (Path("zoo_configs"), Path(__file__).resolve().parents[2] / "zoo_configs")
+DEFAULT_DIRS = (Path("zoo_configs"), PROJECT_CONFIGS)
 
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _OVERRIDE = re.compile(r"^([A-Za-z_]\w*):(.*)$", re.DOTALL)
@@ -70,6 +73,12 @@ _OVERRIDE = re.compile(r"^([A-Za-z_]\w*):(.*)$", re.DOTALL)
 
 class ConfigError(ValueError):
     """A problem in the hyperparameters: the message names the key and the file."""
+
+
+def one_line(err: BaseException) -> str:
+    """``err`` in one line: its type and the first line of its message."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
 
 
 @dataclass

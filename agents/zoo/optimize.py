@@ -1,9 +1,9 @@
 """Hyperparameter search with Optuna, RL Zoo style: ``train.py --algo tpo --env TokenReversal -optimize``.
 
 Each trial is an ordinary zoo run without files: the entry's hyperparameters (YAML < files <
-``key:value`` overrides < flags, exactly as :func:`agents.zoo.train.configure` merges them) plus the
-values the algorithm's sampler (:mod:`agents.zoo.samplers`) draws, built by the zoo's own
-:func:`~agents.zoo.train.build_envs` and :func:`~agents.zoo.train.build_model`. It trains for
+``key:value`` overrides < flags, exactly as :func:`agents.zoo.run.configure` merges them) plus the
+values the algorithm's sampler (:mod:`agents.zoo.samplers`) draws, checked and built by the zoo's own
+run builder (:func:`agents.zoo.run.check_hyperparams`, :func:`agents.zoo.run.assemble`). It trains for
 ``n_timesteps`` with ``--n-evaluations`` evaluations (``--eval-episodes`` episodes on
 ``--n-eval-envs`` envs): the intermediate ones are reported to the trial, whose pruner may stop it,
 and the last one, on the final policy, is the trial's value.
@@ -37,7 +37,6 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,12 +45,12 @@ import yaml
 from agents.zoo import callbacks as cb
 from agents.zoo import hyperparams as hp
 from agents.zoo import registry
+from agents.zoo.run import RunSetup, assemble, check_hyperparams
 from agents.zoo.samplers import SAMPLERS, SamplerContext
+from agents.zoo.studies import default_study_name, open_storage
 
 if TYPE_CHECKING:
     import optuna
-
-    from agents.zoo.train import RunSetup
 
 SAMPLER_NAMES = ("tpe", "random", "cmaes")
 PRUNER_NAMES = ("median", "halving", "none")
@@ -104,6 +103,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="task_error (minimised), reward (maximised) or auto: task_error on TPO/ envs, else reward",
     )  # fmt: skip
     group.add_argument("--no-optim-plots", action="store_true", default=False, help="do not write the PNGs")
+    group.add_argument(
+        "--optimization-log-path", type=str, default=None,
+        help="with -optimize: write each trial's evaluations.npz and best_model.zip to <path>/trial_<n>/",
+    )  # fmt: skip
+    group.add_argument(
+        "--trial-id", type=int, default=None,
+        help="without -optimize: train once with the hyperparameters that trial N of --study-name "
+        "in --storage drew",
+    )  # fmt: skip
 
 
 @dataclass
@@ -121,6 +129,8 @@ class SearchOptions:
     storage: str | None
     study_name: str
     fixed: frozenset[str]
+    #: ``--optimization-log-path``: each trial's evaluations and best model go to ``<log_path>/trial_<n>``.
+    log_path: str | None = None
 
     @property
     def direction(self) -> str:
@@ -152,9 +162,17 @@ def _choice(kind: str, value: str, choices: tuple[str, ...]) -> str:
     raise hp.ConfigError(f"Unknown {kind} {value!r}.{hint} Choose one of: {', '.join(choices)}")
 
 
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}".strip()
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that contradict ``-optimize`` before the run is configured (nothing is read yet)."""
+    if not args.optimize_hyperparameters:
+        return
+    if args.trained_agent:
+        raise hp.ConfigError(
+            "--trained-agent cannot be combined with -optimize: every trial trains a new model"
+        )
+    if args.trial_id is not None:
+        raise hp.ConfigError(f"--trial-id {args.trial_id} trains once with a trial's hyperparameters: "
+                             "drop -optimize")
 
 
 def check_options(setup: RunSetup) -> SearchOptions:
@@ -184,10 +202,6 @@ def check_options(setup: RunSetup) -> SearchOptions:
             f"No hyperparameter sampler for algorithm {setup.algo!r}; "
             f"samplers exist for: {', '.join(SAMPLERS)}"
         )
-    if args.trained_agent:
-        raise hp.ConfigError(
-            "--trained-agent cannot be combined with -optimize: every trial trains a new model"
-        )
     if sampler == "cmaes":
         try:
             import cmaes  # noqa: F401
@@ -206,37 +220,10 @@ def check_options(setup: RunSetup) -> SearchOptions:
         n_startup_trials=args.n_startup_trials,
         n_evaluations=n_evaluations,
         storage=args.storage or None,
-        study_name=args.study_name or f"{setup.algo}_{setup.env_name}",
+        study_name=args.study_name or default_study_name(setup.algo, setup.env_name),
         fixed=fixed,
+        log_path=args.optimization_log_path or None,
     )
-
-
-def open_storage(url: str | None) -> Any:
-    """``None`` (in memory), an ``RDBStorage`` for a ``scheme://`` URL, else a journal file's storage.
-
-    A journal file's folder is created; a URL or file that cannot be opened is a :class:`ConfigError`.
-    """
-    if not url:
-        return None
-    import optuna
-    from optuna.storages.journal import JournalFileBackend
-
-    if "://" in url:
-        try:
-            return optuna.storages.RDBStorage(url)
-        except Exception as err:  # SQLAlchemy, driver and URL errors alike
-            raise hp.ConfigError(f"Cannot open --storage {url!r}: {_one_line(err)}") from err
-    path = Path(url)
-    if path.is_dir():
-        raise hp.ConfigError(
-            f"--storage {url!r} is a directory: give a journal file (e.g. {path / 'study.log'}) "
-            "or a database URL (sqlite:///study.db)"
-        )
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-    except OSError as err:
-        raise hp.ConfigError(f"Cannot open --storage {url!r} as a journal file: {_one_line(err)}") from err
 
 
 def make_sampler(options: SearchOptions, seed: int) -> Any:
@@ -329,8 +316,10 @@ class TrialEvalCallback(cb.TaskEvalCallback):
         n_evaluations: int,
         metric: str,
         n_eval_episodes: int = 5,
+        log_path: str | None = None,
     ) -> None:
-        super().__init__(eval_env, n_eval_episodes=n_eval_episodes, eval_freq=1, log_path=None, verbose=0)
+        super().__init__(eval_env, n_eval_episodes=n_eval_episodes, eval_freq=1, log_path=log_path,
+                         best_model_save_path=log_path, verbose=0)
         self.trial, self.metric = trial, metric
         self.n_timesteps = int(n_timesteps)
         self.interval = max(self.n_timesteps // n_evaluations, 1)
@@ -384,8 +373,9 @@ class Objective:
         self.sampler = SAMPLERS[setup.algo]
         values = setup.values
         group_mode = None
-        if getattr(setup.algo_cls, "owns_env", False):
-            group_mode = values.get("group_mode") or getattr(setup.algo_cls, "default_mode", None)
+        if setup.owns_env:
+            natural = setup.algo_cls.natural_mode(setup.env_id, setup.env_kwargs)
+            group_mode = values.get("group_mode") or natural
         self.context = SamplerContext(
             algo=setup.algo,
             base=dict(values),
@@ -399,63 +389,50 @@ class Objective:
         setup = self.setup
         hyper = hp.Hyperparams(dict(setup.values), dict(setup.origins))
         hyper.update(sampled, f"the {setup.algo} sampler")
-        hp.check_keys(hyper, setup.algo_cls, setup.algo)
-        hp.check_env_pipeline(hyper, setup.algo_cls, setup.algo)
-        hp.check_values(hyper, setup.algo_cls)
+        check_hyperparams(hyper, setup.algo_cls, setup.algo)
         args = copy.copy(setup.args)
         args.verbose = setup.args.verbose if setup.args.verbose >= 2 else 0
         args.tensorboard_log = ""
         args.save_freq = -1
         args.eval_freq = max(setup.n_timesteps // self.options.n_evaluations, 1)
         # save_path None: make_env and the grouped algorithms then write no monitor file.
-        return dataclasses.replace(setup, args=args, values=hyper.values, save_path=None)  # type: ignore[arg-type]
+        return dataclasses.replace(setup, args=args, values=hyper.values, save_path=None)
+
+    def trial_log_path(self, trial: optuna.Trial) -> str | None:
+        """``<--optimization-log-path>/trial_<n>`` (``evaluations.npz``, ``best_model.zip``), or None."""
+        root = self.options.log_path
+        return os.path.join(root, f"trial_{trial.number}") if root else None
 
     def __call__(self, trial: optuna.Trial) -> float:
         import optuna
-
-        from agents.zoo import sb3_algos
-        from agents.zoo.envs import make_env, normalize_kwargs, normalized
-        from agents.zoo.train import build_envs, build_model, close_run, env_options
 
         sampled = self.sampler(trial, self.context)
         trial.set_user_attr("hyperparams", sampled)
         trial.set_user_attr("entry", hp.sanitized(best_entry(self.setup, sampled)))
         trial.set_user_attr("seed", self.setup.args.seed)
         run = self.trial_setup(sampled)
-        norm = normalize_kwargs(hp.evaluated(run.values.get("normalize")), run.values.get("gamma"))
-        env, eval_env = build_envs(run, norm, None)
-        model = workers = None
-        evaluation = TrialEvalCallback(
-            eval_env,
-            trial,
-            run.n_timesteps,
-            self.options.n_evaluations,
-            self.options.metric,
-            n_eval_episodes=run.args.eval_episodes,
-        )
+        parts = assemble(run)
+        model = parts.model
         try:
-            model = build_model(run, env)
-            learn_kwargs: dict[str, Any] = dict(
-                total_timesteps=run.n_timesteps,
-                callback=[*hp.instantiate(run.values.get("callback")), evaluation],
+            evaluation = TrialEvalCallback(
+                parts.eval_env,
+                trial,
+                run.n_timesteps,
+                self.options.n_evaluations,
+                self.options.metric,
+                n_eval_episodes=run.args.eval_episodes,
+                log_path=self.trial_log_path(trial),
             )
-            workers = sb3_algos.async_eval(  # ARS with n_envs > 1, as in normal training
-                run.algo, int(run.values.get("n_envs", 1)),
-                lambda: normalized(make_env(run.env_id, 1, run.args.seed, run.env_kwargs, None,
-                                            **env_options(run)), norm, None, training=True),
-                model.policy,
-            )  # fmt: skip
-            if workers is not None:
-                learn_kwargs["async_eval"] = workers
-            model.learn(**learn_kwargs)
+            callbacks = [*hp.instantiate(run.values.get("callback")), evaluation]
+            model.learn(**parts.learn_kwargs(run.n_timesteps, callbacks))
             value = None if evaluation.is_pruned else evaluation.evaluate()
         except hp.ConfigError:
             raise
         except DIVERGENCE_ERRORS as err:
-            trial.set_user_attr("error", _one_line(err))
-            raise optuna.TrialPruned(_one_line(err)) from err
+            trial.set_user_attr("error", hp.one_line(err))
+            raise optuna.TrialPruned(hp.one_line(err)) from err
         finally:
-            close_run(model, env, eval_env, workers)
+            parts.close()
         trial.set_user_attr("mean_reward", float(evaluation.last_mean_reward))
         if evaluation.last_task_error is not None:
             trial.set_user_attr("task_error", evaluation.last_task_error)
@@ -611,7 +588,7 @@ def write_plots(folder: str, study: Any, metric: str, verbose: int) -> list[str]
                 axes = plot()
             except (ValueError, RuntimeError) as err:
                 if verbose:
-                    print(f"{name} skipped: {_one_line(err)}")
+                    print(f"{name} skipped: {hp.one_line(err)}")
                 continue
         path = os.path.join(folder, name)
         axes.figure.savefig(path, dpi=100, bbox_inches="tight")

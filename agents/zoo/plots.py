@@ -126,7 +126,7 @@ def score_rows(groups: list[Group], args: argparse.Namespace) -> list[dict[str, 
             except ResultsError:
                 row[y_axis] = None
                 continue
-            mean, se = results.mean_and_se(finals)
+            mean, se = results.seed_mean_se(finals)
             row[y_axis] = (float(mean), float(se))
         rows.append(row)
     return rows

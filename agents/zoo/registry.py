@@ -88,6 +88,26 @@ def ablation_kwargs(name: str) -> dict[str, Any]:
     return dict(ABLATIONS.get(algo_key(name), {}))
 
 
+def defining_settings(name: str, values: dict[str, Any],
+                      origins: dict[str, str] | None = None) -> dict[str, Any]:
+    """The settings that define ``name`` (:func:`ablation_kwargs`), after checking that ``values`` do not
+    contradict them: a contradiction raises ``ValueError`` naming the value and, from ``origins``,
+    where it was set."""
+    defining = ablation_kwargs(name)
+    for key, value in defining.items():
+        if key in values and values[key] != value:
+            where = (origins or {}).get(key, "the run")
+            raise ValueError(f"{name!r} is defined by {key}={value!r}, "
+                             f"but {where} sets {key}={values[key]!r}")
+    return defining
+
+
+def make_agent(name: str, policy: Any, env: Any, **kwargs: Any) -> Any:
+    """The agent registered as ``name`` (its class plus the settings that define an ablation; a
+    contradicting keyword argument raises ``ValueError``), built with ``policy``, ``env`` and ``kwargs``."""
+    return get_algo(name)(policy, env, **{**kwargs, **defining_settings(name, kwargs)})
+
+
 _VERSION = re.compile(r"-v(\d+)$")
 
 

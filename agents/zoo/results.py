@@ -261,12 +261,15 @@ def final_value(y: np.ndarray, window: int) -> float:
     return float(np.mean(y[-max(1, min(window, len(y))) :]))
 
 
-def mean_and_se(values: list[float] | np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard error (sample std / sqrt(n)) over ``axis``; the s.e. of one value is nan."""
-    values = np.asarray(values, dtype=float)
+def seed_mean_se(values: list[float] | np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Seed mean and standard error of ``values`` over ``axis`` (the seeds), the one definition the zoo's
+    plots and the paper's reports share: ``se = std / sqrt(n)`` with the population std (divisor n, as
+    the paper's figures: ``sqrt(mean((x - mean x)^2)) / sqrt(n)``); nan where there is one seed, which
+    has no spread to report."""
+    values = np.asarray(values, dtype=np.float64)
     n = values.shape[axis]
     mean = values.mean(axis=axis)
-    se = values.std(axis=axis, ddof=1) / np.sqrt(n) if n > 1 else np.full(np.shape(mean), np.nan)
+    se = values.std(axis=axis) / np.sqrt(n) if n > 1 else np.full(np.shape(mean), np.nan)
     return mean, se
 
 
@@ -278,5 +281,5 @@ def aggregate(curves: list[Curve], n_points: int = 200) -> tuple[np.ndarray, np.
     else:
         grid = np.linspace(start, stop, n_points)
     values = np.stack([np.interp(grid, c.x, c.y) for c in curves])
-    mean, se = mean_and_se(values)
+    mean, se = seed_mean_se(values)
     return grid, mean, se

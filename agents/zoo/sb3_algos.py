@@ -154,6 +154,20 @@ def check_env(algo: str, env_id: str, env_kwargs: dict[str, Any]) -> None:
     )
 
 
+def check_same_spaces(env_id: str, env_kwargs: dict[str, Any], eval_env_kwargs: dict[str, Any]) -> None:
+    """Refuse evaluation env kwargs whose env has other spaces than the training env's (the model is
+    evaluated on it), naming the kwargs and both spaces."""
+    train = probe_spaces(env_id, env_kwargs)
+    evaluation = probe_spaces(env_id, eval_env_kwargs)
+    for kind, trained, evaluated in zip(("observation", "action"), train, evaluation, strict=True):
+        if trained != evaluated:
+            raise ConfigError(
+                f"--eval-env-kwargs {eval_env_kwargs}: the evaluation env's {kind} space is "
+                f"{describe(evaluated)}, the model's {describe(trained)} (with {env_kwargs}); evaluate "
+                f"on an env of the same spaces"
+            )
+
+
 def train_n_envs(algo: str, n_envs: int) -> int:
     """Envs of the training VecEnv: ``n_envs``, but 1 for ARS (its ``n_envs`` are evaluation workers)."""
     return 1 if algo == "ars" else n_envs

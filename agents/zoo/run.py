@@ -1,0 +1,612 @@
+"""One zoo run, from the parsed command line to the saved model; the one place a run is assembled.
+
+The steps of rl_zoo3's ``ExperimentManager``, as small functions that ``train.py``, the Optuna objective
+(:mod:`agents.zoo.optimize`) and the experiments share:
+
+1. :func:`configure`: resolve the algorithm and env, seed, merge the hyperparameters (YAML dir < file <
+   ``key:value`` overrides < flags) and check them and the flags, so that bad input is a one-line
+   :class:`~agents.zoo.hyperparams.ConfigError` before anything is written;
+2. :func:`assemble`: the training and evaluation envs, the model (new or ``--trained-agent``) and, for
+   ARS with ``n_envs > 1``, its evaluation workers; :meth:`RunParts.close` closes them;
+3. :func:`train_run`: the run folder (``<log-folder>/<algo>/<Env>_<N>[_<uuid>]/``), its files, the
+   callbacks and the logger, ``learn``, the final save and the close.
+
+A grouped algorithm (the ``TPO/`` algorithms, ``owns_env``) builds its natively batched env from the
+env id itself; an SB3 algorithm gets the zoo's VecEnv pipeline. :class:`RunSetup` says which once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shlex
+import shutil
+import sys
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agents.base import model_zip_path
+from agents.checks import HyperparameterError
+from agents.provenance import code_version
+from agents.zoo import callbacks as cb
+from agents.zoo import hyperparams as hp
+from agents.zoo import registry, sb3_algos, studies, tracking
+from agents.zoo.envs import make_env, normalize_kwargs, normalized
+from agents.zoo.run_files import read_run_yaml
+
+#: The evaluation env's seed is the run's seed plus this offset (distinct prompt streams).
+EVAL_SEED_OFFSET = 2**16
+#: ``-tb`` default, resolved to ``<log-folder>/tensorboard``.
+DEFAULT_TB = "<log-folder>/tensorboard"
+#: With ``--log-interval -1``, the training table is printed about this many times per run.
+MAX_TABLES = 50
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_run` returns: the trained model and where the run was written."""
+
+    model: Any
+    save_path: str
+    env_id: str
+    algo: str
+    seed: int
+    n_timesteps: int
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
+
+
+@dataclass
+class RunSetup:
+    """Everything resolved before the model is built: names, merged hyperparameters, folders."""
+
+    args: argparse.Namespace
+    algo: str
+    env_id: str
+    algo_cls: type
+    values: dict[str, Any]
+    n_timesteps: int
+    env_kwargs: dict[str, Any]
+    eval_env_kwargs: dict[str, Any]
+    save_path: str | None = ""
+    #: Where each hyperparameter came from (a file, ``--hyperparams override``, ``-n``, ...).
+    origins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def env_name(self) -> str:
+        """The env id as a folder name (``TPO-TokenReversal-v0``)."""
+        return registry.env_file_name(self.env_id)
+
+    @property
+    def owns_env(self) -> bool:
+        """True for an algorithm that builds its own env from the id (the grouped algorithms)."""
+        return owns_env(self.algo_cls)
+
+    @property
+    def n_envs(self) -> int:
+        """The YAML's ``n_envs`` (1 when unset)."""
+        return int(self.values.get("n_envs", 1))
+
+
+def owns_env(algo_cls: type) -> bool:
+    """True for an algorithm class that builds its own natively batched env (``owns_env``)."""
+    return bool(getattr(algo_cls, "owns_env", False))
+
+
+def import_algo(algo: str) -> type:
+    """The class of ``algo``; a missing module of a registered algorithm is a :class:`ConfigError`."""
+    try:
+        return registry.get_algo(algo)
+    except ModuleNotFoundError as err:
+        module = registry.algo_module(algo)
+        if err.name is not None and module.startswith(err.name):
+            raise hp.ConfigError(f"Algorithm {algo!r} is registered but {module} is not written yet") from err
+        raise
+
+
+def resolve(args: argparse.Namespace) -> tuple[str, str, type]:
+    """Import env packages; resolve the algo key, the full env id (printed) and the algorithm class."""
+    import tpo_gym  # noqa: F401  (registers the TPO/ envs)
+
+    for package in args.gym_packages:
+        importlib.import_module(package)
+    try:
+        algo = registry.algo_key(args.algo)
+        env_id = registry.resolve_env_id(args.env)
+    except ValueError as err:
+        raise hp.ConfigError(str(err)) from err
+    print(f"Env: {env_id}  (algo: {algo})")
+    return algo, env_id, import_algo(algo)
+
+
+def configure(args: argparse.Namespace) -> RunSetup:
+    """Resolve, seed and merge the hyperparameters of the parsed command line ``args``; check the flags,
+    the keys, the values and the env (spaces of the training and evaluation env kwargs, ``-i``'s
+    algorithm) before anything is written. ``--trial-id``'s values come above the ``key:value``
+    overrides and below the flags."""
+    import torch
+    from stable_baselines3.common.utils import set_random_seed
+
+    check_flags(args)
+    if args.num_threads > 0:
+        torch.set_num_threads(args.num_threads)
+    algo, env_id, algo_cls = resolve(args)
+    if args.seed < 0:
+        args.seed = int(np.random.randint(2**32 - 1, dtype="int64"))
+    set_random_seed(args.seed)
+    if args.track:
+        tracking.prepare(args, algo, env_id)
+    sources = args.hyperparams + args.conf_file + ([args.yaml_file] if args.yaml_file else [])
+    hyper = hp.load_hyperparams(sources, algo, env_id, args.verbose)
+    if args.trial_id is not None:
+        study = args.study_name or studies.default_study_name(algo, registry.env_file_name(env_id))
+        drawn = studies.trial_values(args.storage, study, args.trial_id, algo, env_id)
+        hyper.update(drawn, f"trial {args.trial_id} of study {study!r}")
+    try:
+        defining = registry.defining_settings(algo, hyper.values, hyper.origins)
+    except ValueError as err:
+        raise hp.ConfigError(str(err)) from err
+    hyper.update(defining, f"the definition of {algo!r}")
+    record_flags(hyper, args)  # config.yml and the printed values show what runs
+    if hyper.values.get("n_timesteps") is None:
+        raise hp.ConfigError(f"No n_timesteps for {algo}-{env_id}: set it in the YAML file or pass -n")
+    check_hyperparams(hyper, algo_cls, algo)
+    values = hyper.values
+    n_timesteps = int(float(hp.as_number(values["n_timesteps"])))
+    env_kwargs = {**hp.evaluated(values.get("env_kwargs") or {}), **args.env_kwargs}
+    eval_env_kwargs = {**env_kwargs, **hp.evaluated(values.get("eval_env_kwargs") or {})}
+    eval_env_kwargs.update(args.eval_env_kwargs)
+    setup = RunSetup(args, algo, env_id, algo_cls, values, n_timesteps, env_kwargs, eval_env_kwargs,
+                     origins=hyper.origins)
+    check_env(setup)
+    check_trained_agent(setup)
+    if args.verbose:
+        print(f"Hyperparameters: {dict(sorted(values.items()))}")
+    return setup
+
+
+def check_hyperparams(hyper: hp.Hyperparams, algo_cls: type, algo: str) -> None:
+    """The checks every run's hyperparameters pass (a training run's and each Optuna trial's): known
+    keys, no env-pipeline keys for an algorithm that builds its own env, types and ranges."""
+    hp.check_keys(hyper, algo_cls, algo)
+    hp.check_env_pipeline(hyper, algo_cls, algo)
+    hp.check_values(hyper, algo_cls)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Check the flags' ranges (one-line :class:`ConfigError`) and resolve ``-tb``'s default."""
+    if args.tensorboard_log == DEFAULT_TB:
+        args.tensorboard_log = os.path.join(args.log_folder, "tensorboard")
+    if args.n_timesteps <= 0 and args.n_timesteps != -1:
+        raise hp.ConfigError(f"-n {args.n_timesteps}: must be an integer >= 1, or -1 (the YAML's value)")
+    if args.eval_freq > 0 and args.eval_episodes < 1:
+        raise hp.ConfigError(f"--eval-episodes {args.eval_episodes}: must be an integer >= 1")
+    if args.eval_freq > 0 and args.n_eval_envs < 1:
+        raise hp.ConfigError(f"--n-eval-envs {args.n_eval_envs}: must be an integer >= 1")
+    if args.log_interval < -1:
+        raise hp.ConfigError(f"--log-interval {args.log_interval}: must be -1 (auto), 0 (never) or N >= 1")
+
+
+def record_flags(hyper: hp.Hyperparams, args: argparse.Namespace) -> None:
+    """Put ``-n``, ``--env-kwargs`` and ``--eval-env-kwargs`` into the hyperparameters (merged with the
+    YAML env kwargs), so that ``config.yml`` and the printed values are what runs."""
+    values = hyper.values
+    if args.n_timesteps > 0:
+        hyper.update({"n_timesteps": args.n_timesteps}, "-n")
+    for key, given in (("env_kwargs", args.env_kwargs), ("eval_env_kwargs", args.eval_env_kwargs)):
+        if given:
+            merged = {**(hp.evaluated(values.get(key)) or {}), **given}
+            hyper.update({key: merged}, f"--{key.replace('_', '-')}")
+
+
+def check_env(setup: RunSetup) -> None:
+    """The env fits the algorithm and the evaluation env fits the model, before any file is written.
+
+    A grouped algorithm needs a ``TPO/`` env and steps its own batched env (``--vec-env dummy``); an SB3
+    algorithm needs spaces it accepts. The evaluation env (``--eval-env-kwargs``) must have the
+    training env's spaces: the model is evaluated on it.
+    """
+    args = setup.args
+    if setup.owns_env:
+        sb3_algos.check_grouped_env(setup.algo, setup.env_id)
+        if args.vec_env != "dummy":
+            raise hp.ConfigError(
+                f"--vec-env {args.vec_env} cannot be used with {setup.algo!r}: it steps its own batched env"
+            )
+    else:
+        sb3_algos.check_env(setup.algo, setup.env_id, setup.env_kwargs)
+    if args.eval_freq > 0 and setup.eval_env_kwargs != setup.env_kwargs:
+        sb3_algos.check_same_spaces(setup.env_id, setup.env_kwargs, setup.eval_env_kwargs)
+
+
+def check_trained_agent(setup: RunSetup) -> None:
+    """``--trained-agent`` is an existing zip of the run's algorithm: the algorithm recorded in the run
+    folder beside it (``<Env>/args.yml``, as this zoo and rl_zoo3 write it) or, for a zip without one, the
+    grouped algorithm whose hyperparameters the zip holds."""
+    given = setup.args.trained_agent
+    if not given:
+        return
+    path = model_zip_path(given)
+    if not (path.endswith(".zip") and os.path.isfile(path)):
+        raise hp.ConfigError(f"--trained-agent must be an existing .zip file, got {given!r}")
+    args_file = os.path.join(os.path.dirname(os.path.abspath(path)), setup.env_name, "args.yml")
+    trained = read_run_yaml(args_file).get("algo") if os.path.isfile(args_file) else None
+    if trained is not None and str(trained).lower() != setup.algo:
+        raise hp.ConfigError(f"--trained-agent {given} was trained with --algo {trained}, not {setup.algo}: "
+                             f"pass --algo {trained}")
+    if trained is None and setup.owns_env:
+        held, algos = zip_algorithms(path)
+        if held != own_hyperparameters(setup.algo_cls):
+            by = f"by one of {', '.join(algos)}" if algos else "by another algorithm"
+            raise hp.ConfigError(f"--trained-agent {given} holds {', '.join(sorted(held)) or 'none'} of the "
+                                 f"grouped algorithms' own hyperparameters: trained {by}, not {setup.algo}")
+
+
+def own_hyperparameters(algo_cls: type) -> frozenset[str]:
+    """The constructor arguments a grouped algorithm adds to :class:`~agents.base.GroupAlgorithm`'s
+    (TPO: ``eta``, ``anchor``), which its zip holds as every SB3 model saves its attributes."""
+    import inspect
+
+    from agents.base import GroupAlgorithm
+
+    def names(init: Any) -> set[str]:
+        return {p.name for p in inspect.signature(init).parameters.values() if p.kind is not p.VAR_KEYWORD}
+
+    return frozenset(names(algo_cls.__init__) - names(GroupAlgorithm.__init__))
+
+
+def zip_algorithms(path: str) -> tuple[frozenset[str], list[str]]:
+    """The algorithm-specific hyperparameters the grouped-algorithm zip at ``path`` holds, and the
+    registered grouped algorithms with exactly those."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            saved = set(json.loads(archive.read("data")))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
+        raise hp.ConfigError(f"cannot load --trained-agent {path}: {hp.one_line(err)}") from err
+    grouped = [name for name in registry.ALGOS if name not in registry.EXTERNAL_ALGOS]
+    own = {name: own_hyperparameters(registry.get_algo(name)) for name in grouped}
+    held = frozenset(saved & set().union(*own.values()))
+    return held, [name for name in grouped if own[name] == held]
+
+
+def run_folder(log_folder: str, algo: str, env_name: str, unique: bool = False) -> str:
+    """``<log_folder>/<algo>/<env_name>_<N>`` with N one above the latest run (not created here);
+    ``_<uuid4>`` appended with ``unique`` (``-uuid``), so that concurrent runs never share a folder."""
+    from stable_baselines3.common.utils import get_latest_run_id
+
+    log_path = os.path.join(log_folder, algo)
+    suffix = f"_{uuid.uuid4()}" if unique else ""
+    return os.path.join(log_path, f"{env_name}_{get_latest_run_id(log_path, env_name) + 1}{suffix}")
+
+
+def write_run_files(setup: RunSetup, argv: list[str]) -> None:
+    """Write ``config.yml``, ``args.yml`` and ``command.txt`` into ``<run>/<Env>/``."""
+    params_path = os.path.join(setup.save_path, setup.env_name)
+    os.makedirs(params_path, exist_ok=True)
+    hp.write_yaml(os.path.join(params_path, "config.yml"), setup.values)
+    hp.write_yaml(os.path.join(params_path, "args.yml"), run_args(setup))
+    with open(os.path.join(params_path, "command.txt"), "w") as f:
+        f.write(shlex.join(["train.py", *argv]) + "\n")
+
+
+def run_args(setup: RunSetup) -> dict[str, Any]:
+    """The flags of the run as they ran (``args.yml``; the Weights & Biases config): ``-n`` or the YAML
+    ``n_timesteps``, the merged env kwargs, the resolved algorithm and env id."""
+    return {
+        **vars(setup.args), "algo": setup.algo, "env": setup.env_id, "n_timesteps": setup.n_timesteps,
+        "env_kwargs": setup.env_kwargs, "eval_env_kwargs": setup.eval_env_kwargs,
+    }  # fmt: skip
+
+
+def env_options(setup: RunSetup) -> dict[str, Any]:
+    """The :func:`make_env` options of the run's YAML (wrappers, frame stack, monitor) and ``--vec-env``."""
+    values = setup.values
+    return dict(
+        vec_env=setup.args.vec_env,
+        monitor_kwargs=hp.evaluated(values.get("monitor_kwargs")),
+        env_wrapper=hp.wrapper_factory(values.get("env_wrapper")),
+        vec_env_wrapper=hp.wrapper_factory(values.get("vec_env_wrapper")),
+        frame_stack=values.get("frame_stack"),
+    )
+
+
+def build_envs(setup: RunSetup, norm: dict[str, Any] | None, stats: str | None) -> tuple[Any, Any]:
+    """The training VecEnv (monitored into the run folder; None for an algorithm that builds its own)
+    and the evaluation VecEnv (or None)."""
+    args = setup.args
+    options = env_options(setup)
+    env = None
+    if not setup.owns_env:
+        n_envs = sb3_algos.train_n_envs(setup.algo, setup.n_envs)
+        env = make_env(setup.env_id, n_envs, args.seed, setup.env_kwargs, setup.save_path or None, **options)
+        env = normalized(env, norm, stats, training=True)
+    if args.eval_freq <= 0:
+        return env, None
+    eval_seed = args.seed + EVAL_SEED_OFFSET
+    eval_env = make_env(setup.env_id, args.n_eval_envs, eval_seed, setup.eval_env_kwargs, None, **options)
+    return env, normalized(eval_env, norm, stats, training=False)
+
+
+def build_model(setup: RunSetup, env: Any) -> Any:
+    """A new model, or the ``--trained-agent`` zip loaded with the YAML values (but not its policy).
+
+    An algorithm that owns its env gets the env id, its kwargs and the run folder for ``monitor.csv``.
+    The constructor's errors (bad values, bad env kwargs; SB3's assertions) become a one-line
+    :class:`ConfigError`; a bad value names where it came from.
+    """
+    args = setup.args
+    kwargs = hp.algo_kwargs(setup.values)
+    common = dict(
+        tensorboard_log=tensorboard_dir(setup), seed=args.seed, verbose=args.verbose, device=args.device
+    )
+    if setup.owns_env:
+        env = setup.env_id
+        common.update(env_kwargs=setup.env_kwargs, monitor_dir=setup.save_path or None)
+    try:
+        return _new_or_loaded(setup, env, kwargs, common)
+    except hp.ConfigError:
+        raise
+    except HyperparameterError as err:
+        raise hp.value_error(err, setup.origins) from err
+    except (ValueError, AssertionError, TypeError) as err:
+        raise hp.ConfigError(f"{setup.algo}: {err}") from err
+
+
+def tensorboard_dir(setup: RunSetup) -> str | None:
+    """``<tb>/<Env>`` (the model's ``tensorboard_log``), or None when ``-tb ''`` turns TensorBoard off."""
+    tb = setup.args.tensorboard_log
+    return os.path.join(tb, setup.env_name) if tb else None
+
+
+def _new_or_loaded(setup: RunSetup, env: Any, kwargs: dict[str, Any], common: dict[str, Any]) -> Any:
+    args = setup.args
+    if not args.trained_agent:
+        return setup.algo_cls(env=env, **common, **kwargs)
+    path = model_zip_path(args.trained_agent)
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("policy", "policy_kwargs")}
+    try:
+        model = setup.algo_cls.load(path, env=env, **common, **kwargs)
+    except HyperparameterError:
+        raise
+    except Exception as err:  # a corrupt or foreign zip: one line, not a traceback
+        raise hp.ConfigError(f"cannot load --trained-agent {path}: {hp.one_line(err)}") from err
+    print(f"Continuing from {args.trained_agent} at {model.num_timesteps} timesteps")
+    return model
+
+
+@dataclass
+class RunParts:
+    """What a run opens: the training env (None for a grouped algorithm), the evaluation env, the
+    model and ARS's evaluation workers (None unless ARS with ``n_envs > 1``)."""
+
+    env: Any
+    eval_env: Any
+    model: Any = None
+    workers: Any = None
+
+    def learn_kwargs(self, total_timesteps: int, callbacks: list[Any]) -> dict[str, Any]:
+        """The keyword arguments of ``model.learn`` (with ARS's workers where there are some)."""
+        kwargs: dict[str, Any] = dict(total_timesteps=total_timesteps, callback=callbacks)
+        if self.workers is not None:
+            kwargs["async_eval"] = self.workers
+        return kwargs
+
+    def close(self) -> None:
+        """Close the model's logger (TensorBoard files), the envs and ARS's workers."""
+        model = self.model
+        if model is not None and getattr(model, "_logger", None) is not None:
+            model.logger.close()
+        for venv in (self.env, self.eval_env, getattr(model, "env", None)):
+            if venv is not None:
+                venv.close()
+        if self.workers is not None and not self.workers.closed:
+            self.workers.close()
+
+
+def assemble(setup: RunSetup, stats: str | None = None, model: Any = None) -> RunParts:
+    """Open the envs (normalised with the YAML's ``normalize`` and ``stats``), build or load the model
+    (unless ``model`` is given) and start ARS's workers; closes what it opened if a step fails."""
+    values = setup.values
+    norm = normalize_kwargs(hp.evaluated(values.get("normalize")), values.get("gamma"))
+    parts = RunParts(*build_envs(setup, norm, stats), model)
+    try:
+        if parts.model is None:
+            parts.model = build_model(setup, parts.env)
+        check_model_spaces(parts)
+
+        def make_one() -> Any:  # one worker's env, as the training env
+            one = make_env(setup.env_id, 1, setup.args.seed, setup.env_kwargs, None, **env_options(setup))
+            return normalized(one, norm, stats, training=True)
+
+        parts.workers = sb3_algos.async_eval(setup.algo, setup.n_envs, make_one, parts.model.policy)
+    except BaseException:
+        parts.close()
+        raise
+    return parts
+
+
+def check_model_spaces(parts: RunParts) -> None:
+    """The evaluation env has the model's spaces (e.g. a ``--trained-agent`` of another vocabulary)."""
+    from stable_baselines3.common.utils import check_for_correct_spaces
+
+    if parts.eval_env is None:
+        return
+    model = parts.model
+    try:
+        check_for_correct_spaces(parts.eval_env, model.observation_space, model.action_space)
+    except ValueError as err:
+        first = str(err).splitlines()[0]
+        raise hp.ConfigError(f"the evaluation env does not fit the model: {first}") from err
+
+
+def build_callbacks(setup: RunSetup, eval_env: Any) -> list[Any]:
+    """HParams, task error (algorithms that lack it), YAML callbacks, progress bar, checkpoints, eval."""
+    args, save_path = setup.args, setup.save_path
+    run = {"algo": setup.algo, "env_id": setup.env_id, "seed": args.seed, "n_timesteps": setup.n_timesteps}
+    callbacks: list[Any] = [
+        cb.HParamCallback({**run, "git": code_version(), **setup.values, "env_kwargs": setup.env_kwargs})
+    ]
+    if setup.algo in registry.EXTERNAL_ALGOS:
+        callbacks.append(cb.TaskErrorCallback())
+    callbacks += hp.instantiate(setup.values.get("callback"))
+    if args.progress and args.verbose:
+        from tqdm import TqdmExperimentalWarning
+
+        warnings.filterwarnings("ignore", category=TqdmExperimentalWarning)  # SB3 uses tqdm.rich
+        callbacks.append(cb.ProgressBar())
+    if args.save_freq > 0:
+        checkpoint = cb.AtomicCheckpoint(save_path, verbose=args.verbose)
+        callbacks.append(cb.EveryTimesteps(args.save_freq, checkpoint))
+    if eval_env is not None:
+        evaluation = cb.TaskEvalCallback(
+            eval_env,
+            callback_on_new_best=cb.SaveBest(save_path),
+            n_eval_episodes=args.eval_episodes,
+            eval_freq=1,
+            log_path=save_path,
+            best_model_save_path=None,
+            verbose=args.verbose,
+        )
+        callbacks.append(cb.EveryTimesteps(args.eval_freq, evaluation))
+    return callbacks
+
+
+@contextmanager
+def new_run_folder(path: str) -> Iterator[None]:
+    """Create the run folder ``path`` for the block that starts a run; if the block fails (or is
+    interrupted), remove the folder again, with the parents created for it: a failed start leaves
+    nothing behind and does not use up a run number. A folder that already existed is never removed."""
+    created: list[str] = []  # folders made here, outermost first
+    head = os.path.abspath(path)
+    while not os.path.exists(head):
+        created.insert(0, head)
+        head = os.path.dirname(head)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise hp.ConfigError(f"cannot create the run folder {path}: {err.strerror or err}") from err
+    try:
+        yield
+    except BaseException as err:
+        for folder in reversed(created):
+            if folder == created[-1]:
+                shutil.rmtree(folder, ignore_errors=True)
+            elif os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)
+        if isinstance(err, OSError):  # e.g. a read-only log folder
+            raise hp.ConfigError(f"cannot start the run in {path}: {err}") from err
+        raise
+
+
+def steps_per_update(model: Any) -> int | None:
+    """Env steps between two updates: a grouped algorithm's collection, an on-policy SB3 algorithm's
+    ``n_steps * n_envs``; None for the others (off-policy: their ``log_interval`` counts episodes)."""
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+    mode = getattr(model, "mode", None)
+    if mode is not None and getattr(model, "env", None) is not None and hasattr(model, "vector_env"):
+        return int(mode.steps_per_collect(model.vector_env))
+    if isinstance(model, OnPolicyAlgorithm):
+        return int(model.n_steps * model.n_envs)
+    return None
+
+
+def default_log_interval(n_timesteps: int, steps: int) -> int:
+    """Updates between two printed tables so that a run prints about :data:`MAX_TABLES` of them."""
+    n_updates = -(-n_timesteps // max(steps, 1))
+    return max(1, -(-n_updates // MAX_TABLES))
+
+
+def set_up_logger(setup: RunSetup, model: Any, learn_kwargs: dict[str, Any]) -> cb.EveryNthDump | None:
+    """Give ``model`` SB3's logger (TensorBoard in ``<tb>/<Env>/<ALGO>_<k>``, as SB3 names it) with the
+    stdout table printed every ``--log-interval`` updates (-1: :func:`default_log_interval`; 0: never),
+    while TensorBoard gets every update. Returns the table's output (None: no table is filtered)."""
+    from stable_baselines3.common.logger import HumanOutputFormat
+    from stable_baselines3.common.utils import configure_logger
+
+    args = setup.args
+    steps = steps_per_update(model)
+    if steps is None:  # an off-policy SB3 algorithm: its own logger and log_interval (episodes)
+        if args.log_interval > 0:
+            learn_kwargs["log_interval"] = args.log_interval
+        return None
+    tb = tensorboard_dir(setup)
+    try:
+        logger = configure_logger(
+            args.verbose, tb, learn_kwargs["tb_log_name"], learn_kwargs["reset_num_timesteps"]
+        )
+    except OSError as err:
+        raise hp.ConfigError(f"cannot write TensorBoard logs to {tb}: {err.strerror or err}") from err
+    interval = args.log_interval if args.log_interval >= 0 else default_log_interval(setup.n_timesteps, steps)
+    learn_kwargs["log_interval"] = 1
+    table = None
+    for i, output in enumerate(logger.output_formats):
+        if isinstance(output, HumanOutputFormat) and output.file is sys.stdout:
+            table = logger.output_formats[i] = cb.EveryNthDump(output, interval)
+    model.set_logger(logger)
+    return table
+
+
+def announce(setup: RunSetup) -> None:
+    """Print where the run goes, and the command that shows its TensorBoard logs."""
+    if setup.args.verbose:
+        print(f"Run folder: {setup.save_path}")
+        if setup.args.tensorboard_log:
+            print(f"TensorBoard: tensorboard --logdir {shlex.quote(setup.args.tensorboard_log)}")
+
+
+def train_run(setup: RunSetup, argv: list[str]) -> TrainResult:
+    """Train ``setup`` once: the run folder and its files, envs, model, callbacks, logger, ``learn``
+    (Ctrl-C stops it and still saves), the final ``<Env>.zip`` (and ``vecnormalize.pkl``), then close.
+
+    A grouped algorithm's model is built before any file, so that its errors leave nothing behind; a
+    start that fails later removes the folder again. ``--track`` mirrors the run to Weights & Biases.
+    """
+    args = setup.args
+    setup.save_path = run_folder(args.log_folder, setup.algo, setup.env_name, unique=args.uuid)
+    params_path = os.path.join(setup.save_path, setup.env_name)
+    model = build_model(setup, None) if setup.owns_env else None  # its errors come before any file
+    agent_dir = os.path.dirname(os.path.abspath(args.trained_agent))
+    stats = os.path.join(agent_dir, setup.env_name, "vecnormalize.pkl") if args.trained_agent else None
+    parts: RunParts | None = None
+    table = None
+    interrupted = False
+    tracked = tracking.start(args, run_args(setup)) if args.track else None
+    try:
+        with new_run_folder(setup.save_path):  # a failed start removes it again (and frees its number)
+            parts = assemble(setup, stats, model)
+            write_run_files(setup, argv)
+            learn_kwargs = parts.learn_kwargs(setup.n_timesteps, build_callbacks(setup, parts.eval_env))
+            learn_kwargs.update(tb_log_name=setup.algo.upper(), reset_num_timesteps=not args.trained_agent)
+            table = set_up_logger(setup, parts.model, learn_kwargs)
+        announce(setup)
+        model = parts.model
+        try:
+            model.learn(**learn_kwargs)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("Interrupted: saving the model")
+        if table is not None:
+            table.flush_last()
+        path = cb.atomic_save(model, os.path.join(setup.save_path, f"{setup.env_name}.zip"))
+        if args.verbose:
+            print(f"Saving to {path}")
+        if model.get_vec_normalize_env() is not None:
+            model.get_vec_normalize_env().save(os.path.join(params_path, "vecnormalize.pkl"))
+    finally:
+        if parts is not None:
+            parts.close()
+        if tracked is not None:
+            tracked.finish()
+    return TrainResult(model, setup.save_path, setup.env_id, setup.algo, args.seed, setup.n_timesteps,
+                       setup.values, interrupted)

@@ -1,0 +1,67 @@
+"""The architecture's arrows (docs: design): no import circle among the zoo's modules, ``tpo_gym`` never
+imports ``agents``, the losses import nothing of the project. Every import statement counts, also one
+inside a function."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def imports(path: Path) -> set[str]:
+    """The modules ``path`` imports (absolute names; ``from a import b`` gives ``a`` and ``a.b``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def module_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports."""
+    folder = ROOT / package.replace(".", "/")
+    modules = {f"{package}.{p.stem}": p for p in folder.glob("*.py") if p.stem != "__init__"}
+    return {name: imports(path) & set(modules) - {name} for name, path in modules.items()}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (its modules in order), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_import_circle_among_the_zoo_modules():
+    graph = module_graph("agents.zoo")
+    assert {"agents.zoo.run", "agents.zoo.train", "agents.zoo.optimize", "agents.zoo.cli"} <= set(graph)
+    assert cycle(graph) is None, " -> ".join(cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_one():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_envs_never_import_agents_and_losses_import_nothing_of_the_project():
+    for path in (ROOT / "tpo_gym").rglob("*.py"):
+        assert not any(name.split(".")[0] == "agents" for name in imports(path)), path
+    project = {"agents", "tpo_gym", "experiments", "benchmarks"}
+    assert not {name.split(".")[0] for name in imports(ROOT / "agents" / "losses.py")} & project

@@ -31,7 +31,8 @@ from agents.zoo.run_files import RunFileError, read_run_yaml
 X_AXES = ("timesteps", "episodes", "updates")
 Y_AXES = ("task_error", "reward", "success")
 SOURCES = ("monitor", "eval")
-_RUN = re.compile(r"^(?P<env>.+)_(?P<n>\d+)$")
+#: A run folder's name: ``<Env>_<N>``, with ``_<uuid4>`` after it for a ``-uuid`` run.
+_RUN = re.compile(r"^(?P<env>.+)_(?P<n>\d+)(?:_[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})?$")
 
 
 class ResultsError(ValueError):
@@ -76,7 +77,8 @@ def _env_id(path: str, env_name: str) -> str:
 
 
 def list_runs(log_folder: str) -> list[Run]:
-    """Every run folder ``<algo>/<Env>_<N>`` under ``log_folder`` with a model, monitor or evaluations."""
+    """Every run folder ``<algo>/<Env>_<N>[_<uuid>]`` under ``log_folder`` with a model, monitor or
+    evaluations."""
     if not os.path.isdir(log_folder):
         raise ResultsError(f"log folder {log_folder!r} does not exist")
     runs = []

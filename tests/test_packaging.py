@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_wheel_ships_zoo_configs_and_experiments(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)  # fmt: skip
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+               "-w", str(tmp_path), str(ROOT)]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("tpo_gym-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     configs = {f"zoo_configs/{path.name}" for path in (ROOT / "zoo_configs").glob("*.yml")}

@@ -54,9 +54,15 @@ def make_batch(seed: int = 0) -> dict[str, torch.Tensor]:
     return {"mask": mask, "rewards": rewards, "old": old, "new": new, "uids": uids}
 
 
-def actor_config(**overrides: object) -> dict:
+def actor_config(eta: float | None = None, logscore: str | None = None, **overrides: object) -> dict:
+    """verl's actor config as the loss reads it; eta and logscore go to the policy-loss node."""
+    policy_loss = {"loss_mode": "tpo"}
+    if eta is not None:
+        policy_loss["tpo_eta"] = eta
+    if logscore is not None:
+        policy_loss["tpo_logscore"] = logscore
     config = {"rollout_n": K, "use_dynamic_bsz": False, "shuffle": False, "ppo_micro_batch_size_per_gpu": K,
-              "global_batch_info": {}}
+              "global_batch_info": {}, "policy_loss": policy_loss}
     config.update(overrides)
     return config
 
@@ -112,14 +118,12 @@ def test_restandardising_u_is_exact_to_rounding():
 
 @pytest.mark.parametrize("logscore", ["mean", "sum"])
 @pytest.mark.parametrize("eta", [0.5, 1.0, 3.0])
-def test_loss_and_gradient_equal_agents_losses(monkeypatch, logscore, eta):
-    monkeypatch.setenv(tv.ENV_ETA, str(eta))
-    monkeypatch.setenv(tv.ENV_LOGSCORE, logscore)
+def test_loss_and_gradient_equal_agents_losses(logscore, eta):
     b = make_batch()
     adv, _ = tv.compute_tpo_advantage(b["rewards"], b["mask"], None, b["uids"])
     log_prob = b["new"].clone().requires_grad_()
     loss, metrics = tv.compute_tpo_policy_loss(b["old"], log_prob, adv, b["mask"].bool(), "token-mean",
-                                               actor_config())
+                                               actor_config(eta, logscore))
     loss.backward()
     ref_log_prob = b["new"].clone().requires_grad_()
     ref = reference(b, ref_log_prob, eta, logscore)
@@ -236,17 +240,43 @@ def test_loss_refuses_wrong_shapes_weights_and_missing_config():
         tv.compute_tpo_policy_loss(old, new, adv, mask, "token-mean", None)
 
 
-def test_settings_from_the_environment(monkeypatch):
+def test_settings_from_the_policy_loss_config():
     assert tv.tpo_settings({}) == (1.0, "mean")
-    assert tv.tpo_settings({"TPO_ETA": "0.25", "TPO_LOGSCORE": "SUM"}) == (0.25, "sum")
-    for env, message in (({"TPO_ETA": "0"}, "TPO_ETA='0'"), ({"TPO_ETA": "x"}, "is not a number"),
-                         ({"TPO_ETA": "inf"}, "finite"), ({"TPO_LOGSCORE": "max"}, "'mean' .* or 'sum'")):
+    assert tv.tpo_settings({"policy_loss": {"loss_mode": "tpo"}}) == (1.0, "mean")
+    assert tv.tpo_settings(actor_config(0.25, "sum")) == (0.25, "sum")
+    for config, message in ((actor_config(0.0), "tpo_eta=0.0: must be a finite number > 0"),
+                            (actor_config("x"), "tpo_eta='x'"), (actor_config(float("inf")), "tpo_eta=inf"),
+                            (actor_config(logscore="max"), "tpo_logscore='max': use 'mean' .* or 'sum'")):
         with pytest.raises(ValueError, match=message):
-            tv.tpo_settings(env)
-    monkeypatch.setenv("TPO_ETA", "-1")
+            tv.tpo_settings(config)
     old, new, adv, mask = _loss_inputs(make_batch())
-    with pytest.raises(ValueError, match="TPO_ETA='-1'"):
-        tv.compute_tpo_policy_loss(old, new, adv, mask, "token-mean", actor_config())
+    with pytest.raises(ValueError, match="tpo_eta=-1"):
+        tv.compute_tpo_policy_loss(old, new, adv, mask, "token-mean", actor_config(-1))
+
+
+def test_an_empty_response_leaves_its_group_softmax():
+    """A row without response tokens (L = 0 under every policy) is dropped from its group's softmax: the
+    loss and gradient equal the group of the other rows, and the count is logged."""
+    b = make_batch()
+    b["mask"][1] = 0.0
+    b["rewards"][1] = 0.0
+    b["old"][1] = 0.0
+    b["new"][1] = 0.0
+    adv, _ = tv.compute_tpo_advantage(b["rewards"], b["mask"], None, b["uids"])
+    log_prob = b["new"].clone().requires_grad_()
+    loss, metrics = tv.compute_tpo_policy_loss(b["old"], log_prob, adv, b["mask"], "token-mean",
+                                               actor_config())
+    loss.backward()
+    assert metrics["actor/tpo_dropped_rows"] == 1.0
+    assert (log_prob.grad[1] == 0).all()
+    valid = b["mask"].any(-1)
+    ref_log_prob = b["new"].clone().requires_grad_()
+    scores = SCORES.clone()
+    scores[1] = 0.0
+    ref, _ = L.completion_tpo_loss(ref_log_prob, b["old"], b["mask"], scores, K, valid=valid)
+    ref.backward()
+    torch.testing.assert_close(loss, ref, atol=1e-6, rtol=0)
+    torch.testing.assert_close(log_prob.grad, ref_log_prob.grad, atol=1e-6, rtol=0)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -255,7 +285,7 @@ def test_settings_from_the_environment(monkeypatch):
 
 def test_shipped_config_passes_the_validator():
     config = tv.load_config([str(CONFIG)], use_hydra=False)
-    assert tv.config_errors(config, environ={}) == []
+    assert tv.config_errors(config) == []
     assert config["actor_rollout_ref"]["rollout"]["n"] == 16
     assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-5
     assert config["actor_rollout_ref"]["model"]["lora_rank"] == 32
@@ -287,10 +317,13 @@ A = "actor_rollout_ref.actor"
     ("algorithm.rollout_correction.rollout_is=token", "rollout_is='token': must be null"),
     ("trainer.n_gpus_per_node=3", "must be a multiple of the data-parallel size 3"),
     (f"{A}.ulysses_sequence_parallel_size=3", "ulysses sequence parallel size 3 does not divide the 4 GPUs"),
-    ("+ray_kwargs.ray_init.runtime_env.env_vars.TPO_LOGSCORE=max", "TPO_LOGSCORE='max'"),
+    (f"{A}.policy_loss.tpo_logscore=max", "tpo_logscore='max'"),
+    (f"{A}.policy_loss.tpo_eta=0", "tpo_eta=0: must be a finite number > 0"),
+    (f"{A}.policy_loss._target_=verl.workers.config.PolicyLossConfig", "cannot carry tpo_eta, tpo_logscore"),
+    (f"+{A}.rollout_n=8", "rollout_n=8: must equal actor_rollout_ref.rollout.n=16"),
 ])
 def test_validator_rejects_with_one_line_naming_the_value(override, message):
-    errors = tv.config_errors(tv.load_config([str(CONFIG), override], use_hydra=False), environ={})
+    errors = tv.config_errors(tv.load_config([str(CONFIG), override], use_hydra=False))
     assert errors, override
     assert any(message in error for error in errors), errors
     assert all("\n" not in error for error in errors)
@@ -299,20 +332,20 @@ def test_validator_rejects_with_one_line_naming_the_value(override, message):
 def test_validator_megatron_parallel_sizes():
     overrides = [f"{A}.strategy=megatron", f"+{A}.megatron.tensor_model_parallel_size=2"]
     config = tv.load_config([str(CONFIG), *overrides], use_hydra=False)
-    assert tv.config_errors(config, environ={}) == []  # data-parallel size 4 / 2 = 2
+    assert tv.config_errors(config) == []  # data-parallel size 4 / 2 = 2
     config = tv.load_config([str(CONFIG), *overrides, f"+{A}.megatron.tensor_model_parallel_size=3"],
                             use_hydra=False)
     assert "tensor x pipeline x context parallel size 3 does not divide the 4 GPUs" in "".join(
-        tv.config_errors(config, environ={}))
+        tv.config_errors(config))
     config = tv.load_config([str(CONFIG), *overrides, f"+{A}.megatron.context_parallel_size=2"],
                             use_hydra=False)
-    assert tv.config_errors(config, environ={}) == [
+    assert tv.config_errors(config) == [
         f"{A}.megatron.context_parallel_size=2: must be 1 (with context parallelism Megatron divides the "
         f"loss by token counts, a per-token loss)"]
 
 
 def test_validator_reads_verl_defaults_for_missing_keys():
-    errors = tv.config_errors(tv.load_config(["algorithm.adv_estimator=tpo"], use_hydra=False), environ={})
+    errors = tv.config_errors(tv.load_config(["algorithm.adv_estimator=tpo"], use_hydra=False))
     text = "\n".join(errors)
     assert "trainer.balance_batch=True" in text  # verl's default is True
     assert "trainer.use_v1=True" in text
@@ -320,12 +353,13 @@ def test_validator_reads_verl_defaults_for_missing_keys():
     assert "actor_rollout_ref.rollout.n=1" in text
 
 
-def test_validator_checks_the_environment():
-    config = tv.load_config([str(CONFIG)], use_hydra=False)
-    errors = tv.config_errors(config, environ={"TPO_ETA": "abc"})
-    assert errors == ["TPO_ETA='abc' is not a number: set a float > 0 (default 1.0) (from the environment)"]
-    with pytest.raises(ValueError, match="TPO_ETA='abc'"):
-        tv.check_config(config, environ={"TPO_ETA": "abc"})
+def test_validator_reads_tpo_settings_from_the_policy_loss_node():
+    overrides = [f"{A}.policy_loss.tpo_eta=0.5", f"{A}.policy_loss.tpo_logscore=sum"]
+    config = tv.load_config([str(CONFIG), *overrides], use_hydra=False)
+    assert tv.config_errors(config) == []
+    assert config["actor_rollout_ref"]["actor"]["policy_loss"]["_target_"] == tv.TARGET
+    with pytest.raises(ValueError, match="tpo_eta='abc'"):
+        tv.check_config(tv.load_config([str(CONFIG), f"{A}.policy_loss.tpo_eta=abc"], use_hydra=False))
 
 
 def test_validator_source_errors(tmp_path):
@@ -337,9 +371,7 @@ def test_validator_source_errors(tmp_path):
         tv.load_config([str(CONFIG), str(CONFIG)], use_hydra=False)
 
 
-def test_check_command(capsys, monkeypatch):
-    monkeypatch.delenv("TPO_ETA", raising=False)
-    monkeypatch.delenv("TPO_LOGSCORE", raising=False)
+def test_check_command(capsys):
     assert tv.main(["check", str(CONFIG), "--no-hydra"]) == 0
     assert capsys.readouterr().out.startswith("ok: TPO with K=16, 16 prompts per step")
     bad = ["trainer.balance_batch=true", f"{A}.shuffle=true"]
@@ -472,7 +504,7 @@ def test_import_verl_registers_tpo(env, tmp_path):
     result = subprocess.run([sys.executable, "-c", _REGISTERED], capture_output=True, text=True, cwd=tmp_path,
                             env={**os.environ, **env}, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["agents.integrations.verl", "agents.integrations.verl"]
+    assert result.stdout.split() == ["agents.integrations.verl.loss", "agents.integrations.verl.loss"]
 
 
 @needs_verl
@@ -510,7 +542,7 @@ def _verl_batch(b: dict, prompt_len: int = 3):
 
 @needs_verl
 @pytest.mark.parametrize("dp_size", [1, 2])
-def test_verl_ppo_loss_with_micro_batches_equals_agents_losses(dp_size, monkeypatch):
+def test_verl_ppo_loss_with_micro_batches_equals_agents_losses(dp_size):
     """verl's own actor loss (`verl.workers.utils.losses.ppo_loss`) on verl's micro-batches
     (`prepare_micro_batches`), with a real FSDPActorConfig, one backward per micro-batch and the
     gradient averaged over the ranks, equals agents.losses.tpo_loss over all groups."""
@@ -519,8 +551,6 @@ def test_verl_ppo_loss_with_micro_batches_equals_agents_losses(dp_size, monkeypa
     from verl.workers.engine.utils import prepare_micro_batches
     from verl.workers.utils.losses import ppo_loss
 
-    monkeypatch.delenv("TPO_ETA", raising=False)
-    monkeypatch.delenv("TPO_LOGSCORE", raising=False)
     b = make_batch()
     td, attention = _verl_batch(b)
     n = G * K
@@ -565,14 +595,22 @@ def test_shipped_config_composes_with_hydra_and_builds_verl_configs():
     from verl.utils.config import omega_conf_to_dataclass
 
     config = tv.load_config([str(CONFIG)], use_hydra=True)
-    assert tv.config_errors(config, environ={}) == []
+    assert tv.config_errors(config) == []
     actor = omega_conf_to_dataclass(OmegaConf.create(config["actor_rollout_ref"]["actor"]))
     assert type(actor).__name__ == "FSDPActorConfig"
     assert (actor.rollout_n, actor.policy_loss.loss_mode) == (16, "tpo")
+    assert type(actor.policy_loss).__name__ == "TPOPolicyLossConfig"  # eta travels in verl's own config
+    assert tv.tpo_settings(actor) == (1.0, "mean")
+    tuned = tv.load_config([str(CONFIG), "actor_rollout_ref.actor.policy_loss.tpo_eta=0.5"], use_hydra=True)
+    actor = omega_conf_to_dataclass(OmegaConf.create(tuned["actor_rollout_ref"]["actor"]))
+    assert tv.tpo_settings(actor) == (0.5, "mean")
+    with pytest.raises(Exception, match="tpo_eta=-2"):  # hydra's InstantiationException around our ValueError
+        omega_conf_to_dataclass(OmegaConf.create({**tuned["actor_rollout_ref"]["actor"], "policy_loss": {
+            **tuned["actor_rollout_ref"]["actor"]["policy_loss"], "tpo_eta": -2}}))
     assert config["reward"]["custom_reward_function"] == {"path": "pkg://agents.integrations.verl",
                                                           "name": "compute_score"}
     bad = tv.load_config([str(CONFIG), "trainer.balance_batch=true"], use_hydra=True)
-    assert tv.config_errors(bad, environ={}) == ["trainer.balance_batch=True: must be False (balancing "
+    assert tv.config_errors(bad) == ["trainer.balance_batch=True: must be False (balancing "
                                                  "reorders rows across DP ranks and splits groups)"]
 
 

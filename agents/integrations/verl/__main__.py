@@ -1,0 +1,7 @@
+"""``python -m agents.integrations.verl``: see :mod:`agents.integrations.verl.cli`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

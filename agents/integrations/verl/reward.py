@@ -1,0 +1,73 @@
+"""verl's ``custom_reward_function`` for the exported text envs: :func:`compute_score`.
+
+``reward.custom_reward_function.path=pkg://agents.integrations.verl`` and ``name=compute_score``; each
+process rebuilds a split's reasoning-gym task once (cached under a lock).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SPLITS", "compute_score"]
+
+_TASKS: dict[tuple[str, str], Any] = {}
+_TASKS_LOCK = threading.Lock()
+SPLITS = {"train": "train", "test": "eval"}
+
+
+def _task(env_kwargs_json: str, split: str) -> Any:
+    """The :class:`tpo_gym.envs.text.ReasoningGymTask` of a parquet row, built once per process."""
+    from tpo_gym.envs.text import ReasoningGymTask
+
+    key = (env_kwargs_json, split)
+    with _TASKS_LOCK:
+        if key not in _TASKS:
+            _TASKS[key] = ReasoningGymTask(split=SPLITS[split], **json.loads(env_kwargs_json))
+        return _TASKS[key]
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str | None,
+    extra_info: Mapping[str, Any] | None = None,
+    reward: str | None = None,
+    **unused: Any,
+) -> dict[str, float]:
+    """verl ``custom_reward_function``: score one completion of an exported text-env row.
+
+    Rebuilds the reasoning-gym item from ``extra_info`` (``env_kwargs``, ``split``, ``index``, written
+    by :func:`export_dataset`) and returns :func:`tpo_gym.envs.text.score_completion`'s score: the
+    dataset's own ``score_answer`` on the last ``<answer>...</answer>`` (0 without one), or 1/0 as
+    that is >= 0.99 with ``reward="binary"`` (``reward`` overrides the exported mode; verl passes it
+    from ``reward.custom_reward_function.reward_kwargs``). Returns ``{"score", "format_ok",
+    "is_success"}`` (verl logs the extra keys). Other keywords verl may pass are ignored. Raises a
+    one-line ``ValueError`` for a row that was not exported by this module or whose ground truth
+    does not match the rebuilt item.
+    """
+    from tpo_gym.envs.text import REWARDS, SUCCESS_THRESHOLD, score_completion
+
+    info = dict(extra_info or {})
+    missing = [key for key in ("env_kwargs", "split", "index") if info.get(key) is None]
+    if missing:
+        raise ValueError(f"extra_info lacks {', '.join(missing)} (data_source={data_source!r}): export the "
+                         f"data with `python -m agents.integrations.verl export`")
+    split = info["split"]
+    if split not in SPLITS:
+        raise ValueError(f"extra_info split={split!r}: expected 'train' or 'test'")
+    env_kwargs = info["env_kwargs"]
+    mode = reward or info.get("reward") or json.loads(env_kwargs).get("reward", "native")
+    if mode not in REWARDS:
+        raise ValueError(f"reward={mode!r}: use one of {', '.join(REWARDS)}")
+    task = _task(env_kwargs, split)
+    entry = task.entry(int(info["index"]))
+    expected = None if entry["answer"] is None else str(entry["answer"])
+    if ground_truth is not None and expected is not None and str(ground_truth) != expected:
+        raise ValueError(f"ground truth {str(ground_truth)[:60]!r} of {split} item {info['index']} does not "
+                         f"match the rebuilt reasoning-gym item {expected[:60]!r}: re-export the data")
+    score, _, format_ok = score_completion(task.dataset, entry, solution_str, mode)
+    return {"score": float(score), "format_ok": float(format_ok),
+            "is_success": float(score >= SUCCESS_THRESHOLD)}

@@ -5,8 +5,10 @@ A ``RunSpec`` names the algorithm by its zoo name (``agents.zoo.registry``: ``tp
 ``tpo_no_anchor``, ...; an ablation's defining keyword arguments come from the registry), the env id
 and its kwargs, the constructor keyword arguments (the zoo's ``zoo_configs/<algo>.yml`` plus what the
 experiment varies: ``experiments.zoo.zoo_run``) and the number of updates. Per-seed curves are
-written to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` atomically, with the run's spec in
-``meta``; a seed whose file exists with the same spec is finished and never rerun.
+written to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` atomically (compressed, floats as
+float32; only the curves the report reads, ``Experiment.curves``), with the run's spec and code commit
+in ``meta``; a seed whose file exists with the same spec is finished and never rerun. Files written by
+earlier versions (uncompressed, float64, every curve) read the same way.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from typing import Any
 import numpy as np
 
 from agents.files import atomic_write
+
+RESULTS = "results/paper"
+"""The committed per-seed results behind docs/results.md: the default folder of ``experiments.run`` and
+``experiments.report``."""
+SMOKE_RESULTS = "results/smoke"
+"""The smoke runs' folder (``--smoke``; not committed)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,8 @@ class Experiment:
     :param threshold: the "steps to X" threshold (a fraction), None for none
     :param panels: extra curves drawn as further figure rows (e.g. ``update/misalignment``)
     :param log_panels: which of the figure rows use a log y-axis
+    :param stored: further curves the report reads (keys, or prefixes ending in ``/`` or ``_``), e.g.
+        MNIST's ``eval/mechanism_`` (Fig. 5b)
     """
 
     name: str
@@ -83,6 +93,14 @@ class Experiment:
     panels: tuple[str, ...] = ()
     log_panels: tuple[bool, ...] = ()
     notes: str = ""
+    stored: tuple[str, ...] = ()
+
+    @property
+    def curves(self) -> tuple[str, ...]:
+        """The curves a seed file keeps: the metric, the panels, ``stored`` and ``eval/x`` (the x of any
+        ``eval/`` curve)."""
+        keys = (self.metric, *self.panels, *self.stored)
+        return keys + (("eval/x",) if any(k.startswith("eval/") for k in keys) else ())
 
 
 def seed_path(out: str | os.PathLike[str], experiment: str, variant: str, algo: str, seed: int) -> Path:
@@ -90,13 +108,25 @@ def seed_path(out: str | os.PathLike[str], experiment: str, variant: str, algo: 
     return Path(out) / experiment / variant / algo / f"seed_{seed}.npz"
 
 
+def kept(arrays: dict[str, np.ndarray], curves: tuple[str, ...] | None) -> dict[str, np.ndarray]:
+    """The arrays named by ``curves`` (a key, or a prefix ending in ``/`` or ``_``); all for None."""
+    if curves is None:
+        return dict(arrays)
+    prefixes = tuple(c for c in curves if c.endswith(("/", "_")))
+    return {k: v for k, v in arrays.items() if k in curves or (prefixes and k.startswith(prefixes))}
+
+
 def save_seed(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    """Write the curves and ``meta`` (as JSON) to ``path`` atomically (:func:`agents.files.atomic_write`)."""
-    atomic_write(path, lambda f: np.savez(f, meta=np.array(json.dumps(meta, default=str)), **arrays))
+    """Write the curves (floats as float32) and ``meta`` (as JSON) to ``path``, compressed, atomically
+    (:func:`agents.files.atomic_write`)."""
+    stored = {k: np.asarray(v, dtype=np.float32) if np.issubdtype(np.asarray(v).dtype, np.floating)
+              else np.asarray(v) for k, v in arrays.items()}
+    atomic_write(path, lambda f: np.savez_compressed(f, meta=np.array(json.dumps(meta, default=str)),
+                                                     **stored))
 
 
 def load_seed(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The curves and meta of one seed file."""
+    """The curves and meta of one seed file (compressed or not, float32 or float64)."""
     with np.load(path, allow_pickle=False) as data:
         arrays = {key: data[key] for key in data.files if key != "meta"}
         meta = json.loads(str(data["meta"]))

@@ -8,6 +8,12 @@
 * ``final``: the seed mean of the **last single point** (no window average; Tables 3, 5).
 * ``bootstrap_final``, ``bootstrap_steps``: percentile-bootstrap intervals over seeds of both (not in the
   paper); ``outside``: whether a paper value lies outside such an interval.
+* Beyond the paper: ``seed_steps`` (each seed's own first crossing) with its median and the bootstrap
+  interval of that median (``bootstrap_median_steps``): robust where the seed-mean curve hovers at the
+  threshold; ``iqm`` (interquartile mean of the seeds' finals) with ``bootstrap_iqm``, and
+  ``score_profile`` (fraction of seeds with final error at most tau, the performance profile of Agarwal
+  et al. 2021 for errors) with ``bootstrap_profile``: the aggregate statistics of ``rliable``, on the
+  same percentile bootstrap over seeds as the rest of this module.
 * ``mechanism``: the MNIST "surplus" of an update direction over its scalar one-vs-rest surrogate
   (Fig. 5b, App. C).
 
@@ -50,6 +56,13 @@ def final(curves: np.ndarray) -> tuple[float, float]:
     return float(mean), float(se)
 
 
+def _resample_index(n: int, n_boot: int, rng: np.random.Generator | None) -> np.ndarray:
+    """index [n_boot, n] ~ Uniform{0..n-1}: ``n_boot`` resamples of n seeds with replacement (the
+    generator seeded with ``BOOTSTRAP_SEED`` when ``rng`` is None)."""
+    rng = np.random.default_rng(BOOTSTRAP_SEED) if rng is None else rng
+    return rng.integers(n, size=(n_boot, n))
+
+
 def _resampled_means(curves: np.ndarray, n_boot: int, rng: np.random.Generator | None) -> np.ndarray:
     """Seed means of ``n_boot`` resamples of the seed rows of ``curves`` [n_seeds, ...], with replacement.
 
@@ -58,8 +71,7 @@ def _resampled_means(curves: np.ndarray, n_boot: int, rng: np.random.Generator |
     """
     curves = np.asarray(curves, dtype=np.float64)
     n = len(curves)
-    rng = np.random.default_rng(BOOTSTRAP_SEED) if rng is None else rng
-    index = rng.integers(n, size=(n_boot, n))
+    index = _resample_index(n, n_boot, rng)
     counts = np.bincount((index + n * np.arange(n_boot)[:, None]).ravel(), minlength=n_boot * n)
     return np.tensordot(counts.reshape(n_boot, n), curves, axes=1) / n
 
@@ -94,6 +106,70 @@ def bootstrap_steps(curves: np.ndarray, threshold: float, x: np.ndarray | None =
     x = np.arange(below.shape[1], dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
     steps = np.where(below.any(1), x[below.argmax(1)], np.inf)
     return _percentile_interval(steps, level)
+
+
+def seed_steps(curves: np.ndarray, threshold: float, x: np.ndarray | None = None) -> np.ndarray:
+    """Each seed's own first x strictly below ``threshold`` (+inf: never), ``[n_seeds]``.
+
+    s_j = min{x_t : curves[j, t] < threshold}; ``x`` defaults to the 0-based index.
+    """
+    below = np.asarray(curves, dtype=np.float64) < threshold
+    x = np.arange(below.shape[1], dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
+    return np.where(below.any(1), x[below.argmax(1)], np.inf)
+
+
+def median_steps(curves: np.ndarray, threshold: float, x: np.ndarray | None = None) -> float:
+    """The median over seeds of ``seed_steps`` (+inf when half or more of the seeds never cross)."""
+    return float(np.median(seed_steps(curves, threshold, x)))
+
+
+def bootstrap_median_steps(curves: np.ndarray, threshold: float, x: np.ndarray | None = None,
+                           n_boot: int = 2000, level: float = 0.95, rng: np.random.Generator | None = None
+                           ) -> tuple[float, float]:
+    """Percentile-bootstrap ``level`` interval of ``median_steps`` over seeds: the quantiles of
+    {median_j s_{i_bj}} over resamples b of the seeds (the resamples of ``bootstrap_final``)."""
+    steps = seed_steps(curves, threshold, x)
+    return _percentile_interval(np.median(steps[_resample_index(len(steps), n_boot, rng)], axis=1), level)
+
+
+def iqm(values: np.ndarray) -> float:
+    """Interquartile mean: the mean of the middle values after dropping floor(n / 4) of the sorted
+    ``values`` at each end (``scipy.stats.trim_mean(values, 0.25)``, rliable's ``aggregate_iqm``)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    cut = len(ordered) // 4
+    return float(ordered[cut:len(ordered) - cut].mean())
+
+
+def _iqm_rows(samples: np.ndarray) -> np.ndarray:
+    """``iqm`` of each row of ``samples`` [n_boot, n]."""
+    ordered = np.sort(samples, axis=1)
+    cut = ordered.shape[1] // 4
+    return ordered[:, cut:ordered.shape[1] - cut].mean(1)
+
+
+def bootstrap_iqm(values: np.ndarray, n_boot: int = 2000, level: float = 0.95,
+                  rng: np.random.Generator | None = None) -> tuple[float, float]:
+    """Percentile-bootstrap ``level`` interval of ``iqm`` of the seeds' ``values`` [n_seeds]."""
+    values = np.asarray(values, dtype=np.float64)
+    return _percentile_interval(_iqm_rows(values[_resample_index(len(values), n_boot, rng)]), level)
+
+
+def score_profile(values: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """The performance profile of errors: for each tau, the fraction of seeds whose value is at most tau,
+    ``[len(taus)]`` (rliable's run-score distribution with "at most", lower being better)."""
+    values = np.asarray(values, dtype=np.float64)
+    return (values[:, None] <= np.asarray(taus, dtype=np.float64)[None, :]).mean(0)
+
+
+def bootstrap_profile(values: np.ndarray, taus: np.ndarray, n_boot: int = 2000, level: float = 0.95,
+                      rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise percentile-bootstrap ``level`` band (low, high) of ``score_profile`` over seeds."""
+    values = np.asarray(values, dtype=np.float64)
+    samples = values[_resample_index(len(values), n_boot, rng)]  # [n_boot, n]
+    profiles = (samples[:, :, None] <= np.asarray(taus, dtype=np.float64)).mean(1)  # [n_boot, n_taus]
+    tail = 50.0 * (1.0 - level)
+    low, high = np.percentile(profiles, [tail, 100.0 - tail], axis=0, method="inverted_cdf")
+    return low, high
 
 
 def outside(value: float | None, interval: tuple[float, float]) -> bool:

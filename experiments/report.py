@@ -1,10 +1,14 @@
-"""``python -m experiments.report <experiment> [--smoke] [--out results/] [--figures docs/figures/]``:
-the paper's figure (seed mean +- s.e., log-scale error) as a PNG and its table, ours beside the paper's.
+"""``python -m experiments.report <experiment> [--smoke] [--out results/paper] [--figures docs/figures/]``:
+the paper's figure (seed mean +- s.e., log-scale error) as a PNG and its table, ours beside the paper's,
+from the per-seed files (default ``results/paper``, the committed results; no training).
 
 "Final" is the seed mean of the last single point and "steps to X%" the first x at which the seed-mean
 curve is below X% (Tables 1-3, 5; ``experiments.metrics``), each with its percentile-bootstrap 95%
-interval over seeds in brackets; a † marks a paper value outside that interval. The table is printed as
-Markdown and saved with the figure as ``<figures>/<experiment>[_smoke].{png,json}``.
+interval over seeds in brackets; a † marks a paper value outside that interval. Beyond the paper: the
+median over seeds of each seed's own first crossing (its interval, and how many seeds cross), the
+interquartile mean (IQM) of the seeds' finals with its interval, and the performance profiles (fraction
+of seeds with final error at most tau) as a second figure. The table is printed as Markdown and saved
+with the figures as ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``.
 """
 
 from __future__ import annotations
@@ -22,10 +26,21 @@ from typing import Any
 import numpy as np
 
 from agents.zoo.results import seed_mean_se
-from experiments.core import Experiment, load_seed
+from experiments.core import RESULTS, SMOKE_RESULTS, Experiment, load_seed
 from experiments.definitions import EXPERIMENTS, get_experiment
-from experiments.metrics import bootstrap_final, bootstrap_steps, final, outside, steps_to
+from experiments.metrics import (
+    bootstrap_final,
+    bootstrap_iqm,
+    bootstrap_median_steps,
+    bootstrap_steps,
+    final,
+    iqm,
+    outside,
+    seed_steps,
+    steps_to,
+)
 from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
+from experiments.profiles import draw_profiles, profiles
 
 MNIST_CHECKPOINT = 2000
 """Fig. 5b's "step-2,000 checkpoint" (Sec. 3.3): the evaluation labelled 2,000, taken after 2,200 steps."""
@@ -114,7 +129,7 @@ def fmt_steps(value: Any) -> str:
     """A "steps to X" value: an integer, "never", or blank."""
     if value is None:
         return ""
-    return value if isinstance(value, str) else f"{int(value)}"
+    return value if isinstance(value, str) else f"{value:g}"
 
 
 def fmt_interval(interval: list[Any], percent: bool) -> str:
@@ -125,8 +140,11 @@ def fmt_interval(interval: list[Any], percent: bool) -> str:
 
 
 def _steps_value(step: float) -> int | str:
-    """A steps-to-X value as rows hold it: an integer, or ``NEVER`` for +inf."""
-    return NEVER if math.isinf(step) else int(step)
+    """A steps-to-X value as rows hold it: an integer (a float for a median between two), or ``NEVER``
+    for +inf."""
+    if math.isinf(step):
+        return NEVER
+    return int(step) if float(step).is_integer() else float(step)
 
 
 def _paper_number(value: Any) -> float | None:
@@ -150,6 +168,8 @@ def summarize(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[
                "shared_from": r.shared_from, "paper": paper_cell(experiment.name, variant, algo)}
         final_ci = bootstrap_final(curves)
         row["final_ci"] = list(final_ci)
+        row["final_iqm"] = iqm(curves[:, -1])
+        row["final_iqm_ci"] = list(bootstrap_iqm(curves[:, -1]))
         row["final_outside"] = outside(_paper_number(row["paper"].get("final")), final_ci)
         if experiment.threshold is not None:
             x = r.x(experiment.metric)
@@ -158,6 +178,11 @@ def summarize(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[
             row["steps"] = NEVER if step is None else int(step)
             row["steps_ci"] = [_steps_value(v) for v in steps_ci]
             row["steps_outside"] = outside(_paper_number(row["paper"].get("steps")), steps_ci)
+            per_seed = seed_steps(curves, experiment.threshold, x)
+            row["seed_steps_median"] = _steps_value(float(np.median(per_seed)))
+            row["seed_steps_ci"] = [_steps_value(v) for v in
+                                    bootstrap_median_steps(curves, experiment.threshold, x)]
+            row["seed_steps_reached"] = int(np.isfinite(per_seed).sum())
         if "update/misalignment" in r.arrays:
             row["misalignment"], row["misalignment_se"] = final(r.arrays["update/misalignment"])
         rows.append(row)
@@ -168,9 +193,11 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
     """The table of ``summarize`` as Markdown."""
     percent = not experiment.name.startswith("tabular")
     pct = f"{100 * experiment.threshold:g}%" if experiment.threshold is not None else ""
-    head = ["variant", "method", "seeds", "updates", "final (ours)", "final (paper)", "final (ref. code)"]
+    head = ["variant", "method", "seeds", "updates", "final (ours)", "final (paper)", "final (ref. code)",
+            "IQM final (ours)"]
     if experiment.threshold is not None:
-        head += [f"steps to {pct} (ours)", "(paper)", "(ref. code)"]
+        head += [f"steps to {pct} (ours)", "(paper)", "(ref. code)",
+                 "per-seed steps: median (seeds reaching)"]
     tabular = any("misalignment" in row for row in rows)
     if tabular:
         head += ["misalignment (ours)", "(ref. code)"]
@@ -183,11 +210,14 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
                  f"{fmt(row['final'], percent)} ± {fmt(row['final_se'], percent)} "
                  + fmt_interval(row["final_ci"], percent),
                  fmt(paper.get("final"), percent) + _dagger(row["final_outside"]),
-                 fmt(paper.get("ref_final"), percent)]
+                 fmt(paper.get("ref_final"), percent),
+                 f"{fmt(row['final_iqm'], percent)} " + fmt_interval(row["final_iqm_ci"], percent)]
         if experiment.threshold is not None:
             cells += [_steps_cell(row["steps"], row["steps_ci"]),
                       fmt_steps(paper.get("steps")) + _dagger(row["steps_outside"]),
-                      fmt_steps(paper.get("ref_steps"))]
+                      fmt_steps(paper.get("ref_steps")),
+                      _steps_cell(row["seed_steps_median"], row["seed_steps_ci"])
+                      + f" ({row['seed_steps_reached']}/{row['seeds']})"]
         if tabular:
             cells += [f"{row['misalignment']:.2e} ± {row['misalignment_se']:.1e}",
                       fmt(paper.get("ref_misalignment"), False)]
@@ -327,13 +357,17 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
     rows = summarize(experiment, runs)
     mechanism = mnist_mechanism(runs, 80 if smoke else MNIST_CHECKPOINT) if name == "mnist" else None
     draw(experiment, runs, stem.with_suffix(".png"), mechanism)
+    finals = {variant: {r.label: r.arrays[experiment.metric][:, -1] for r in cell.values()}
+              for variant, cell in runs.items()}
+    profile_path = stem.with_name(stem.name + "_profiles.png")
+    draw_profiles(experiment.paper, profiles(finals), profile_path, COLORS)
     text = f"### {name}: {experiment.paper}\n\n{markdown_table(experiment, rows)}\n"
     if mechanism:
         text += f"\n{mechanism_table(mechanism)}\n"
     summary = {"experiment": name, "paper": experiment.paper, "smoke": smoke, "rows": rows,
                "mechanism": mechanism}
     stem.with_suffix(".json").write_text(json.dumps(summary, indent=1, default=str))
-    return text + f"\nfigure: {stem.with_suffix('.png')}\n"
+    return text + f"\nfigures: {stem.with_suffix('.png')}, {profile_path}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,11 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.report",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
-    parser.add_argument("--smoke", action="store_true", help="report the smoke results (results/smoke)")
-    parser.add_argument("--out", help="results folder (default results/, or results/smoke with --smoke)")
+    parser.add_argument("--smoke", action="store_true", help=f"report the smoke results ({SMOKE_RESULTS})")
+    parser.add_argument("--out", help=f"results folder (default {RESULTS}, or {SMOKE_RESULTS} with --smoke)")
     parser.add_argument("--figures", default="docs/figures", help="where the PNG and JSON go")
     args = parser.parse_args(argv)
-    out = args.out or ("results/smoke" if args.smoke else "results")
+    out = args.out or (SMOKE_RESULTS if args.smoke else RESULTS)
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:
         print(report(name, out, args.figures, args.smoke))

@@ -1,14 +1,18 @@
 """``python -m experiments.run <experiment> [--smoke] [--n-seeds N] [--n-jobs J] [--members-per-process N]
-[--episodes N] [--algorithms a,b] [--variants v,w] [--out results/]``: run the seeds of one experiment of
-the paper.
+[--episodes N] [--algorithms a,b] [--variants v,w] [--out results/paper] [--launcher processes|ray]
+[--address A] [--retries R]``: run the seeds of one experiment of the paper.
 
-Per-seed curves go to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz``; a seed already finished
-with the same settings is not rerun, so an interrupted command resumes where it stopped. ``--smoke``
-runs the small size (default out ``results/smoke``); ``--episodes`` sets the number of updates
+Per-seed curves go to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` (default out
+``results/paper``, the committed results behind docs/results.md); a seed already finished with the same
+settings is not rerun, so an interrupted command resumes where it stopped, and a sweep accumulates over
+as many commands (and machines) as it needs. ``--smoke`` runs the small size (default out
+``results/smoke``); ``--episodes`` sets the number of updates
 (episodes on token tasks, steps on the bandits and MNIST). ``all`` runs every experiment in turn.
 ``--members-per-process`` caps the consecutive seeds of one run that one process trains together as one
 model (``experiments.runner``: where the policy has populations and the experiment reads no per-seed
-``train/`` diagnostics); ``--dry-run`` lists the jobs, one process each.
+``train/`` diagnostics); ``--dry-run`` lists the jobs, one process each. ``--launcher ray`` sends each
+job to a Ray cluster (``--address``, default a new local one; ``experiments.ray_launcher``), retrying a
+failed or lost job ``--retries`` times; the files are written here either way.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from experiments.core import RESULTS, SMOKE_RESULTS
 from experiments.definitions import EXPERIMENTS, get_experiment
+from experiments.launchers import LAUNCHERS, make_launcher
 from experiments.runner import MEMBERS_PER_PROCESS, Task, describe, plan, plan_jobs, run_tasks, unfinished
 
 
 def default_out(smoke: bool) -> str:
-    """``results/smoke`` for smoke runs, ``results`` otherwise."""
-    return "results/smoke" if smoke else "results"
+    """``results/smoke`` for smoke runs, ``results/paper`` otherwise."""
+    return SMOKE_RESULTS if smoke else RESULTS
 
 
 def _positive(text: str) -> int:
@@ -43,7 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--smoke", action="store_true", help="the few-minutes size")
     parser.add_argument("--n-seeds", type=int, help="seeds 0..N-1 (default: the experiment's)")
-    parser.add_argument("--n-jobs", type=int, default=1, help="processes (default 1)")
+    parser.add_argument("--n-jobs", type=_positive,
+                        help="jobs side by side: processes (default 1), or with --launcher ray the share "
+                             "each run is split into (default: the cluster's CPUs)")
     parser.add_argument("--members-per-process", type=_positive, default=MEMBERS_PER_PROCESS,
                         help="at most this many consecutive seeds of one run train together as one "
                              "model in one process, where its policy has populations (supports_members) "
@@ -52,8 +60,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, help="updates per run (episodes or steps)")
     parser.add_argument("--algorithms", help="comma-separated zoo names (default: the experiment's)")
     parser.add_argument("--variants", help="comma-separated variants (default: all)")
-    parser.add_argument("--out", help="results folder (default results/, or results/smoke with --smoke)")
+    parser.add_argument("--out", help=f"results folder (default {RESULTS}, or {SMOKE_RESULTS} with --smoke)")
     parser.add_argument("--dry-run", action="store_true", help="list the jobs (batched seeds) and exit")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="processes",
+                        help="where the jobs run: processes of this machine (default) or a Ray cluster")
+    parser.add_argument("--address", help="the Ray cluster (auto, HOST:6379 or ray://HOST:10001; default: "
+                                          "RAY_ADDRESS, the one `ray start` started here, else a new local "
+                                          "cluster); --launcher ray only")
+    parser.add_argument("--retries", type=int, help="runs of a failed or lost Ray job after its first "
+                                                    "(default 3); --launcher ray only")
     return parser.parse_args(argv)
 
 
@@ -62,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out or default_out(args.smoke)
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    try:
+        launcher = make_launcher(args.launcher, args.n_jobs, args.address, args.retries)
+    except (ValueError, ImportError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     failed = 0
     for name in names:
         experiment = get_experiment(name)
@@ -73,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"== {name} ({experiment.paper}): {len(tasks)} seeds -> {out}/{name}", flush=True)
         if args.dry_run:
-            _print_jobs(tasks, args.members_per_process, args.n_jobs)
+            _print_jobs(tasks, args.members_per_process, args.n_jobs or 1)
             continue
-        summary = run_tasks(tasks, args.n_jobs, members_per_process=args.members_per_process)
+        summary = run_tasks(tasks, members_per_process=args.members_per_process, launcher=launcher)
         failed += len(summary["failed"])
         print(f"== {name}: ran {summary['ran']}, skipped {summary['skipped']}, failed "
               f"{len(summary['failed'])}; wall {summary['wall_s']:.1f}s, "

@@ -15,7 +15,7 @@ import torch as th
 from agents.losses import cosine_misalignment
 from agents.zoo.hyperparams import ZOO_KEYS, load_hyperparams
 from agents.zoo.results import seed_mean_se
-from experiments import runner, zoo
+from experiments import jobs, zoo
 from experiments.core import load_seed, seed_path
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.metrics import (
@@ -247,14 +247,14 @@ def test_runner_trains_exactly_n_updates_with_learn_n_iterations(tmp_path, monke
             calls.append((args, kwargs))
             return learn(*args, **kwargs)
 
-        def counted_train(batch):
+        def counted_train(*args, **kwargs):
             calls.append("train")
-            return train(batch)
+            return train(*args, **kwargs)
 
         model.learn, model.train = recorded_learn, counted_train
         return model
 
-    monkeypatch.setattr(runner, "build_model", spy)
+    monkeypatch.setattr(jobs, "build_model", spy)
     path = tmp_path / "seed_0.npz"
     run_job((Task("tabular_single", "K100", 0, spec, str(path)),))
     (args, kwargs), *trained = calls

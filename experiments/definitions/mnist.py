@@ -31,4 +31,5 @@ MNIST = Experiment(
     name="mnist", paper="Fig. 5a/5b (Section 3.3)", full=Size(20, 10_000), smoke=Size(2, 100),
     build=build, metric="eval/error", threshold=0.05, log_panels=(True,),
     notes="greedy test error every 200 steps (x = label of the evaluation, as in the reference code).",
+    stored=("eval/mechanism_",),
 )

@@ -1,0 +1,145 @@
+"""One job of the multi-seed runner: what it is (``Task``, ``Job``), how it trains (``train_job``: the
+agent built as the zoo builds it, trained for exactly its number of updates while a recorder records)
+and how its seeds' files are written (``write_results``, on the machine that launched it).
+
+A run builds the agent exactly as the zoo does (``agents.zoo.registry``: the class of the zoo name plus
+the keyword arguments that define an ablation, then the run's own keyword arguments), on the env made
+by ``gymnasium.make(env_id, **env_kwargs)``, with ``seed=k`` (seeds torch, numpy and the env), and
+trains it for exactly ``n_updates`` updates (``learn(n_iterations=...)``). A job of S consecutive seeds
+k..k+S-1 of one run trains them as one model with ``seed=k, n_seeds=S`` (a population whose member m
+learns exactly as the run with seed k+m).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.core import RunSpec, kept, save_seed
+
+
+@dataclass(frozen=True)
+class Task:
+    """One seed of one run, and the file it writes.
+
+    ``per_seed``: the experiment's figure reads per-seed ``train/`` diagnostics (``TRAIN_DIAGNOSTICS``),
+    so the seed trains alone. ``curves``: the curves its file keeps (``Experiment.curves``; None: all).
+    """
+
+    experiment: str
+    variant: str
+    seed: int
+    spec: RunSpec
+    path: str
+    per_seed: bool = False
+    curves: tuple[str, ...] | None = None
+
+
+Job = tuple[Task, ...]
+"""Consecutive seeds of one run that one process trains as one model (``n_seeds = len(job)``)."""
+
+
+def build_model(spec: RunSpec, seed: int, n_seeds: int = 1) -> Any:
+    """The agent of ``spec`` with ``seed`` (and ``n_seeds`` members: seeds ``seed .. seed + n_seeds - 1``),
+    built by the zoo's registry (:func:`agents.zoo.registry.make_agent`: the class of the name plus the
+    settings that define an ablation, a contradiction refused)."""
+    import gymnasium as gym
+
+    import tpo_gym  # noqa: F401  (registers the envs)
+    from agents.zoo.registry import make_agent
+
+    env = gym.make(spec.env_id, **spec.env_kwargs)
+    return make_agent(spec.algo, spec.policy, env, seed=seed, n_seeds=n_seeds, device="cpu", **spec.kwargs)
+
+
+def supports_members(specs: list[RunSpec]) -> list[bool]:
+    """Whether each run's policy has populations (``supports_members``; a policy the algorithm loads by
+    name on first use, ``LLMPolicy``, has none). Imports the agents."""
+    from agents.zoo.registry import get_algo
+
+    return [bool(getattr(get_algo(spec.algo).policy_aliases.get(spec.policy), "supports_members", False))
+            for spec in specs]
+
+
+def describe(job: Job) -> str:
+    """A job's seed file, or ``<folder>/seed_<a>..<b>.npz (n seeds, one model)``."""
+    if len(job) == 1:
+        return job[0].path
+    return f"{Path(job[0].path).parent}/seed_{job[0].seed}..{job[-1].seed}.npz ({len(job)} seeds, one model)"
+
+
+SeedResult = tuple[str, dict[str, np.ndarray], dict[str, Any]]
+"""One trained seed: (its file's path, its curves, its meta), written by :func:`write_results`."""
+
+
+def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], float]:
+    """Train a job's seeds as one model (``seed`` its first seed, ``n_seeds`` its size) and record their
+    curves; returns each seed's (path, curves, meta), unwritten, and the job's wall seconds.
+
+    Each meta is a single run's plus ``n_members`` and ``batch_wall_s`` (the job's wall time); ``wall_s``
+    is the job's wall time over its seeds, so that per-seed figures stay comparable; ``code`` is the
+    code commit to record (default: this checkout's, :func:`agents.provenance.code_version`). The
+    curves are those the experiment's report reads (``Task.curves``).
+    """
+    import torch
+
+    from agents.provenance import code_version
+    from experiments.recorders import RECORDERS
+
+    first, spec = job[0], job[0].spec
+    if [t.seed for t in job] != list(range(first.seed, first.seed + len(job))) or any(
+            t.spec != spec for t in job):
+        raise ValueError(f"{describe(job)}: a job is consecutive seeds of one run")
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    code = code or code_version()
+    start = time.perf_counter()
+    model = build_model(spec, first.seed, len(job))
+    recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
+    model.learn(n_iterations=spec.n_updates, callback=recorder, log_interval=0)
+    if recorder.updates_done != spec.n_updates:
+        raise RuntimeError(f"{describe(job)}: ran {recorder.updates_done} updates, expected {spec.n_updates}")
+    wall = time.perf_counter() - start
+    results = []
+    for member, task in enumerate(job):
+        meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
+                "spec": asdict(spec), "fingerprint": spec.fingerprint(), "wall_s": wall / len(job),
+                "n_members": len(job), "batch_wall_s": wall, "host": platform.node(),
+                "torch": torch.__version__, "python": platform.python_version(), "code": code}
+        results.append((task.path, kept(recorder.arrays(member), task.curves), meta))
+    return results, wall
+
+
+def write_results(results: list[SeedResult]) -> list[str]:
+    """Write each trained seed's file atomically (:func:`experiments.core.save_seed`); returns the paths."""
+    for path, arrays, meta in results:
+        save_seed(Path(path), arrays, meta)
+    return [path for path, _, _ in results]
+
+
+def run_job(job: Job) -> tuple[list[str], float]:
+    """:func:`train_job` and :func:`write_results` in this process; returns (paths, wall seconds)."""
+    results, wall = train_job(job)
+    return write_results(results), wall
+
+
+Outcome = tuple[str, list[str], list[SeedResult], float, str | None]
+"""A finished job as a launcher reports it: (``describe(job)``, its paths, its trained seeds (empty if it
+failed), wall seconds, the error or None)."""
+
+
+def train_safely(job: Job, code: str | None = None) -> Outcome:
+    """:func:`train_job` that reports an exception instead of raising it (one bad job stops nothing
+    else)."""
+    paths = [task.path for task in job]
+    try:
+        results, wall = train_job(job, code)
+    except Exception as error:  # noqa: BLE001  (reported by run_tasks)
+        return describe(job), paths, [], 0.0, f"{type(error).__name__}: {error}"
+    return describe(job), paths, results, wall, None

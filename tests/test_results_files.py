@@ -1,0 +1,100 @@
+"""The per-seed results files (experiments/core.py, experiments/jobs.py): the committed layout under
+results/paper, compressed float32 curves of only what the report reads, the run's settings and code
+commit in the meta, older uncompressed float64 files still read and still count as finished."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch as th
+
+from experiments.core import RESULTS, SMOKE_RESULTS, is_finished, kept, load_seed, save_seed, seed_path
+from experiments.definitions import EXPERIMENTS, get_experiment
+from experiments.report import load_runs, summarize
+from experiments.run import default_out, main
+from experiments.runner import plan, run_tasks
+
+th.set_num_threads(1)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_default_folders_are_the_committed_results_and_the_smoke_folder():
+    assert default_out(False) == RESULTS == "results/paper" and default_out(True) == SMOKE_RESULTS
+    path = Path("results/paper/vocab_sweep/V4/tpo/seed_3.npz")
+    assert seed_path(RESULTS, "vocab_sweep", "V4", "tpo", 3) == path
+
+
+def test_gitignore_keeps_results_paper_and_ignores_other_output_folders():
+    probe = ["results/paper/tabular_multi/N100_K10/tpo/seed_0.npz", "results/smoke/x/seed_0.npz",
+             "results/other/seed_0.npz", "results_gpu/x/seed_0.npz"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *probe], cwd=ROOT, capture_output=True,
+                             text=True).stdout.split()
+    assert ignored == probe[1:]
+
+
+def test_each_experiment_keeps_its_metric_panels_and_what_its_report_reads():
+    assert get_experiment("tabular_multi").curves == ("update/error", "update/misalignment")
+    assert get_experiment("mnist").curves == ("eval/error", "eval/mechanism_", "eval/x")
+    assert get_experiment("diagnostics").curves[0] == "update/error"
+    assert all(e.metric in e.curves for e in EXPERIMENTS.values())
+    arrays = {"update/error": 1, "update/batch_error": 2, "eval/mechanism_gain": 3, "eval/x": 4, "eval/y": 5}
+    assert set(kept(arrays, get_experiment("mnist").curves)) == {"eval/mechanism_gain", "eval/x"}
+    assert kept(arrays, None) == arrays
+
+
+def test_save_writes_compressed_float32_and_keeps_integers(tmp_path):
+    path = tmp_path / "a" / "seed_0.npz"
+    error = np.concatenate([np.linspace(1, 0, 100), np.zeros(4900)])  # a curve that reaches 0 and stays
+    save_seed(path, {"update/error": error, "eval/counts": np.arange(4)}, {"seed": 0, "code": "abc1234"})
+    arrays, meta = load_seed(path)
+    assert arrays["update/error"].dtype == np.float32 and arrays["eval/counts"].dtype == np.int64
+    np.testing.assert_array_equal(arrays["update/error"], error.astype(np.float32))
+    assert meta == {"seed": 0, "code": "abc1234"}
+    with zipfile.ZipFile(path) as archive:
+        assert all(info.compress_type == zipfile.ZIP_DEFLATED for info in archive.infolist())
+    assert path.stat().st_size < error.astype(np.float32).nbytes / 4
+
+
+def test_an_older_uncompressed_float64_file_still_reads_and_counts_as_finished(tmp_path):
+    spec = get_experiment("tabular_single").build(3, True)["K100"]["tpo"]
+    path = seed_path(tmp_path, "tabular_single", "K100", "tpo", 0)
+    path.parent.mkdir(parents=True)
+    meta = {"experiment": "tabular_single", "variant": "K100", "seed": 0, "fingerprint": spec.fingerprint(),
+            "spec": {"n_updates": 3, "kwargs": {}, "algo": "tpo"}, "wall_s": 1.0}
+    old = {"update/error": np.array([0.9, 0.5, 0.25]), "update/train/loss": np.array([1.0, 2.0, 3.0])}
+    np.savez(path, meta=np.array(json.dumps(meta)), **old)  # the format written before
+    arrays, read = load_seed(path)
+    assert arrays["update/error"].dtype == np.float64 and read["fingerprint"] == spec.fingerprint()
+    assert is_finished(path, spec)
+    tasks = plan(get_experiment("tabular_single"), tmp_path, smoke=True, n_seeds=1, updates=3,
+                 algorithms=["tpo"])
+    assert run_tasks(tasks)["skipped"] == 1  # never rerun
+    assert load_runs(tmp_path, "tabular_single")["K100"]["tpo"].arrays["update/error"].shape == (1, 3)
+
+
+def test_a_run_writes_only_the_reported_curves_with_its_settings_and_code(tmp_path, capsys):
+    assert main(["tabular_multi", "--smoke", "--n-seeds", "2", "--episodes", "3", "--algorithms", "tpo",
+                 "--out", str(tmp_path)]) == 0
+    arrays, meta = load_seed(seed_path(tmp_path, "tabular_multi", "N100_K10", "tpo", 1))
+    assert set(arrays) == {"update/error", "update/misalignment"}
+    assert all(a.dtype == np.float32 and a.shape == (3,) for a in arrays.values())
+    assert meta["spec"]["n_updates"] == 3 and meta["spec"]["algo"] == "tpo" and meta["code"]
+    assert meta["n_members"] == 2 and meta["host"]
+    rows = summarize(get_experiment("tabular_multi"), load_runs(tmp_path, "tabular_multi"))
+    assert rows[0]["seeds"] == 2 and rows[0]["updates"] == 3
+
+
+@pytest.mark.parametrize("experiment", ["tabular_single", "tabular_multi"])
+def test_the_committed_results_regenerate_their_tables(experiment):
+    """results/paper holds the full-size runs behind docs/results.md's tables of this experiment."""
+    runs = load_runs(ROOT / RESULTS, experiment)
+    if not runs:
+        pytest.skip(f"no committed results for {experiment}")
+    full = get_experiment(experiment).full
+    rows = summarize(get_experiment(experiment), runs)
+    assert {(r["seeds"], r["updates"]) for r in rows} == {(full.seeds, full.updates)}

@@ -56,6 +56,9 @@ __all__ = [
 ]
 
 LOGSCORES = ("sum", "mean")
+#: Model inputs besides the ids that TRL's batches may carry (vision-language models), forwarded to the model.
+MODEL_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
 
 
 @dataclass
@@ -117,15 +120,22 @@ def target_po_loss(
     logscore: str = "mean",
     ref_per_token_logps: torch.Tensor | None = None,
     beta: float = 0.0,
+    kl_tokens: float | torch.Tensor | None = None,
+    bias_correction_kl: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """TPO's loss on ``N = n_groups * K`` completions, rows ``i*K .. i*K+K-1`` being prompt i's group.
 
     ``per_token_logps``, ``old_per_token_logps``, ``ref_per_token_logps`` and the 0/1 ``mask`` are
-    ``[N, T]``; ``scores`` is ``[N]``. With L = ``sequence_logscores`` (sum or mean over ``mask``),
-    q = ``tpo_target(L_old, s, eta)`` and the loss ``tpo_loss(L_theta, q)``, plus
-    ``beta * k3_kl(log pi_ref - log pi_theta)`` over the masked tokens when ``beta > 0``.
-    Returns ``(loss, stats)`` with the effective group size exp(H(p_old)), the log-score spread,
-    mean |p_theta - q| and, with ``beta > 0``, the k3 KL (``kl``).
+    ``[N, T]``; ``scores`` is ``[N]``. The TPO term is :func:`agents.losses.completion_tpo_loss` (the
+    function verl's plugin and the text mode call): a row whose mask is empty (TRL's
+    ``mask_truncated_completions`` zeroes truncated rows) leaves its group's softmax. With ``beta > 0``:
+
+        + beta * sum_{rows, t} m_t k_t / kl_tokens,   k_t = :func:`agents.losses.reference_kl_terms`
+
+    (bias-corrected with ``bias_correction_kl``); ``kl_tokens`` (default: this call's masked tokens) is the
+    token count the KL is a mean over, so that summing the calls of one batch gives one batch-wide mean.
+    Returns ``(loss, stats)``: the diagnostics of :func:`~agents.losses.completion_tpo_loss` and, with
+    ``beta > 0``, the KL per token of these rows (``kl``).
     """
     n = per_token_logps.shape[0]
     if n % group_size or scores.shape != (n,):
@@ -133,23 +143,19 @@ def target_po_loss(
             f"expected N = n_groups * K rows with K = {group_size} and scores [N]; got log-probs "
             f"{tuple(per_token_logps.shape)} and scores {tuple(scores.shape)}"
         )
-    mask = mask.to(per_token_logps.dtype)
-    logscores = losses.sequence_logscores(per_token_logps, mask, logscore).reshape(-1, group_size)
-    old = losses.sequence_logscores(old_per_token_logps.detach(), mask, logscore).reshape(-1, group_size)
-    target = losses.tpo_target(old, scores.reshape(-1, group_size).to(old.dtype), eta=eta)
-    loss = losses.tpo_loss(logscores, target)
+    loss, stats = losses.completion_tpo_loss(
+        per_token_logps, old_per_token_logps, mask, scores, group_size, eta, logscore
+    )
     if beta:
         if ref_per_token_logps is None:
             raise ValueError(f"beta={beta!r} needs ref_per_token_logps")
-        kl = losses.k3_kl(ref_per_token_logps - per_token_logps, mask)
-        loss = loss + beta * kl
-    stats = {
-        "effective_group_size": losses.effective_group_size(old),
-        "logscore_spread": losses.logscore_spread(old),
-        "mean_abs_p_minus_q": losses.target_gap(logscores.detach(), target),
-    }
-    if beta:
-        stats["kl"] = kl.detach()
+        dtype = loss.dtype
+        weights = mask.to(dtype)
+        terms = losses.reference_kl_terms(ref_per_token_logps.to(dtype), per_token_logps.to(dtype),
+                                          old_per_token_logps.to(dtype), bias_correction_kl) * weights
+        tokens = weights.sum().clamp(min=1) if kl_tokens is None else kl_tokens
+        loss = loss + beta * terms.sum() / tokens
+        stats["kl"] = (terms.sum() / weights.sum().clamp(min=1)).detach()
     return loss, stats
 
 
@@ -234,19 +240,31 @@ class TargetPOTrainer(GRPOTrainer):
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        """TPO's loss on a micro-batch of whole groups (:func:`target_po_loss`), scaled for accumulation."""
+        """TPO's loss on a micro-batch of whole groups (:func:`target_po_loss`), scaled for accumulation.
+
+        The model gets the multimodal inputs TRL's ``_prepare_inputs`` carries (``pixel_values``,
+        ``image_grid_thw``, ...) as in ``GRPOTrainer``; a Mixture-of-Experts router loss
+        (``aux_loss_enabled``) is added as GRPO adds it. The TPO term is each micro-batch's group mean
+        divided by the accumulation steps; the KL to the reference (``beta > 0``) is a mean over the
+        completion tokens of the whole accumulation window (TRL's ``num_items_in_batch``), whatever the
+        micro-batching.
+        """
         k = self._group_size()
+        train = self.model.training
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         _check_whole_groups(prompt_ids, prompt_mask, k)
-        per_token_logps, _, _ = self._get_per_token_logps_and_entropies(
+        per_token_logps, _, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             torch.cat([prompt_ids, completion_ids], dim=1),
             torch.cat([prompt_mask, completion_mask], dim=1),
             completion_ids.size(1),
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in MODEL_INPUTS},
         )
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
         old = inputs.get("old_per_token_logps")
+        accumulation = self.current_gradient_accumulation_steps if train else 1
         loss, stats = target_po_loss(
             per_token_logps,
             per_token_logps.detach() if old is None else old,
@@ -257,12 +275,31 @@ class TargetPOTrainer(GRPOTrainer):
             logscore=self.args.logscore,
             ref_per_token_logps=inputs.get("ref_per_token_logps"),
             beta=self.beta,
+            kl_tokens=self._kl_tokens(inputs),
+            bias_correction_kl=self.args.use_bias_correction_kl,
         )
-        mode = "train" if self.model.training else "eval"
+        mode = "train" if train else "eval"
         for name, value in stats.items():
             metric = name if name == "kl" else f"tpo/{name}"  # TRL's own name for the KL
-            self._metrics[mode][metric].append(self.accelerator.gather(value.detach()).mean().item())
-        return loss / self.current_gradient_accumulation_steps if mode == "train" else loss
+            gathered = self.accelerator.gather(value.detach())
+            total = gathered.sum() if name == "dropped_rows" else gathered.mean()  # a count, or a mean
+            self._metrics[mode][metric].append(total.item())
+        if aux_loss is not None:
+            loss = loss + self.router_aux_loss_coef * aux_loss
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
+        return loss / accumulation
+
+    def _kl_tokens(self, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """Tokens per process of one accumulation window, over the accumulation steps: once the loss is
+        divided by the steps and averaged over processes, each micro-batch's KL is its share of one mean
+        over the window's completion tokens (TRL's ``num_items_in_batch`` counts the generation batch on
+        every process, ``steps_per_generation`` micro-batches). None (the micro-batch's own tokens) when the
+        inputs do not carry it."""
+        total = inputs.get("num_items_in_batch")
+        if total is None:
+            return None
+        tokens = torch.as_tensor(total, dtype=torch.float32).clamp(min=1) / self.accelerator.num_processes
+        return tokens / (self.args.steps_per_generation if self.model.training else 1)
 
 
 def _check_whole_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, k: int) -> None:
@@ -302,7 +339,9 @@ def text_env_dataset(
     ``reward``) or a :class:`ReasoningGymTask`. Without ``tokenizer`` the prompts are conversational
     (``[system?, user]`` messages; TRL applies the chat template). With it, each prompt is the exact text
     our own ``LLMPolicy`` feeds the model, ``format_prompt(tokenizer, question, system_prompt, prefill)``,
-    which is how an assistant turn is prefilled (pass the same ``prefill`` to :func:`text_env_reward`).
+    which is how an assistant turn is prefilled (pass the same ``prefill`` to :func:`text_env_reward`),
+    without a leading BOS string when the tokenizer adds one itself (TRL tokenizes string prompts with
+    ``add_special_tokens=True``, so the model sees one BOS, as in our own loop).
     ``context`` is the item index the reward function scores against.
     """
     from datasets import Dataset
@@ -315,8 +354,19 @@ def text_env_dataset(
         system = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
         column: list[Any] = [[*system, {"role": "user", "content": text}] for text in prompts]
     else:
-        column = [format_prompt(tokenizer, text, system_prompt, prefill) for text in prompts]
+        column = [_one_bos(tokenizer, format_prompt(tokenizer, text, system_prompt, prefill))
+                  for text in prompts]
     return Dataset.from_dict({"prompt": column, "context": list(range(task.num_items))})
+
+
+def _one_bos(tokenizer: Any, text: str) -> str:
+    """``text`` without its leading BOS string when the tokenizer adds a BOS itself: TRL tokenizes string
+    prompts with ``add_special_tokens=True``, so a chat template that also writes BOS would give two."""
+    bos = tokenizer.bos_token
+    if not bos or not text.startswith(bos):
+        return text
+    adds_bos = tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id]
+    return text[len(bos):] if adds_bos else text
 
 
 def text_env_reward(

@@ -153,8 +153,8 @@ class TextMode(CollectionMode):
     def group_view(self, part: TextPart, token_log_probs: th.Tensor) -> GroupView:
         batch, k, mask = part.batch, part.batch.group_size, part.mask
 
-        def logscores(token_lp: th.Tensor) -> th.Tensor:
-            return losses.sequence_logscores(token_lp, mask, batch.logscore).reshape(-1, k)
+        def logscores(token_lp: th.Tensor) -> th.Tensor:  # the rows -> groups step of completion_tpo_loss
+            return losses.completion_logscores(token_lp, mask, k, batch.logscore)
 
         old, scores = batch.old_token_log_probs[part.rows], batch.scores.reshape(-1)[part.rows]
         return GroupView(logscores(token_log_probs), logscores(old), scores.reshape(-1, k))
@@ -179,12 +179,19 @@ class TextMode(CollectionMode):
         return losses.k3_kl(token_log_probs - old, part.mask)
 
     def reference_kl(self, policy: Any, part: TextPart, token_log_probs: th.Tensor) -> th.Tensor:
-        """k3 estimate of KL(pi_theta || pi_ref) per completion token, with gradient."""
+        """k3 estimate of KL(pi_theta || pi_ref) per completion token of the whole batch, with gradient.
+
+        The part's masked k3 terms are summed and divided by the batch's completion tokens and by the
+        part's weight (its share of the rows, by which the trainer multiplies each part's loss), so that
+        the weighted parts add up to one token mean over the batch whatever the micro-batch size.
+        """
         batch, first = part.batch, int(part.rows[0])
         if first not in batch.reference:
             with th.no_grad():
                 batch.reference[first] = policy.reference_token_log_probs(batch.completions, part.rows)
-        return losses.k3_kl(batch.reference[first] - token_log_probs, part.mask)
+        terms = losses.reference_kl_terms(batch.reference[first], token_log_probs) * part.mask
+        weight = len(part.rows) / batch.scores.numel()
+        return terms.sum() / batch.mask.sum().clamp(min=1) / weight
 
     def after_update(self, policy: Any) -> None:
         policy.sync_generator()

@@ -23,7 +23,9 @@ from torch import Tensor, nn
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["Completions", "HFGenerator", "VLLMGenerator", "completion_lengths", "pad_rows"]
+__all__ = [
+    "CompletionStop", "Completions", "HFGenerator", "VLLMGenerator", "completion_lengths", "pad_rows",
+]
 
 
 @dataclass
@@ -95,14 +97,34 @@ def completion_lengths(
     return ends
 
 
+class CompletionStop:
+    """``generate`` stopping criterion: a row is done once its *completion* (the tokens after the
+    ``prompt_length`` prompt columns) contains ``stop``, decoded as :func:`completion_lengths` decodes.
+
+    transformers' ``stop_strings`` also match a stop string that starts in the prompt's tail (``"\n\n"``
+    after a template ending ``assistant\n``): generation then stops where no completion ends, and the
+    padding written after it (EOS when pad = EOS) would be trained as the row's last token. vLLM matches in
+    the output text only, like this criterion.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: str, prompt_length: int) -> None:
+        self.tokenizer = tokenizer
+        self.stop = stop
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: Any) -> Tensor:
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_length :], skip_special_tokens=True)
+        return torch.tensor([self.stop in text for text in texts], dtype=torch.bool, device=input_ids.device)
+
+
 class HFGenerator:
     """Batched sampling with ``model.generate`` (KV cache), the default backend.
 
     The prompts are repeated ``n`` times (``repeat_interleave``) and decoded in ONE ``generate`` call:
     ``do_sample = not greedy``, ``temperature``, ``top_p`` and ``top_k = 0`` (so that sampling at
     temperature 1, top-p 1 draws from the model's own distribution; transformers' default top-k is 50),
-    ``max_new_tokens``, ``stop_strings=[stop]``. Sampling uses torch's global RNG. The model is put in
-    eval mode for the call and restored after. The generator reads the live model, so there is nothing
+    ``max_new_tokens``, and :class:`CompletionStop` for ``stop`` (matched inside the completion only).
+    Sampling uses torch's global RNG. The model is put in eval mode for the call and restored after. The generator reads the live model, so there is nothing
     to synchronise after an update.
     """
 
@@ -132,8 +154,11 @@ class HFGenerator:
         kwargs: dict[str, Any] = {"do_sample": not greedy, "max_new_tokens": self.max_new_tokens}
         if not greedy:
             kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
-        if self.stop is not None:
-            kwargs.update(stop_strings=[self.stop], tokenizer=self.tokenizer)
+        if self.stop is not None:  # not stop_strings: HF matches those across the prompt's tail too
+            from transformers import StoppingCriteriaList
+
+            criterion = CompletionStop(self.tokenizer, self.stop, prompt_ids.shape[1])
+            kwargs.update(stopping_criteria=StoppingCriteriaList([criterion]))
         was_training = self.model.training
         self.model.eval()
         try:
@@ -169,9 +194,11 @@ class VLLMGenerator:
     :meth:`sync_weights` pushes the trainer's current weights into the engine the way TRL 1.16 does
     (``trl/generation/vllm_generation.py``: ``_iter_named_params`` + ``sync_weights``): with LoRA,
     ``merge_adapter()``, stream every base weight under its plain name (``base_model.model.`` prefix and
-    ``.base_layer`` removed, ``lora_`` tensors skipped), ``unmerge_adapter()``; without LoRA, stream
-    ``named_parameters()``; each tensor goes through the engine model's ``load_weights``; then
-    ``reset_prefix_cache()`` so that no KV block computed with the old weights is reused.
+    ``.base_layer`` removed, ``lora_`` tensors skipped), ``unmerge_adapter()`` and copy the saved base
+    weights back (W + BA - BA is not W in bf16: without the copy the frozen base drifts at every sync);
+    without LoRA, stream ``named_parameters()``; each tensor goes through the engine model's
+    ``load_weights``; then ``reset_prefix_cache()`` so that no KV block computed with the old weights is
+    reused.
     """
 
     def __init__(
@@ -243,6 +270,11 @@ class VLLMGenerator:
             for name, param in model.named_parameters():
                 yield name, param.data
             return
+        # W + BA - BA != W in bf16: keep the adapted base weights and put them back after unmerging, so
+        # that the frozen base (the KL reference, and the next merge) stays bit-identical over every sync.
+        originals = {
+            name: param.data.clone() for name, param in model.named_parameters() if ".base_layer." in name
+        }
         model.merge_adapter()
         try:
             for name, param in model.named_parameters():
@@ -251,6 +283,9 @@ class VLLMGenerator:
                 yield name.removeprefix("base_model.model.").replace(".base_layer", ""), param.data
         finally:
             model.unmerge_adapter()
+            params = dict(model.named_parameters())
+            for name, value in originals.items():
+                params[name].data.copy_(value)
 
     def sync_weights(self) -> None:
         """Load the trainer's current (LoRA-merged) weights into the engine and drop its prefix cache."""

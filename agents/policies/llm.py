@@ -11,7 +11,6 @@ transformers and peft are imported when a policy is built, not when this module 
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import os
 import tempfile
@@ -127,13 +126,14 @@ class LLMPolicy(BasePolicy):
     ``prompt + prefill`` with the tokenizer's own special tokens (e.g. BOS) when the tokenizer has no chat
     template. Prompts are left-padded, completions right-padded.
 
-    **Scores.** ``token_log_probs[r, t] = log pi(y_t | x, y_<t)`` (the model at temperature 1, whatever
-    the sampling temperature), 0 where the completion mask is 0; the log-score of a completion is
+    **Scores.** ``token_log_probs[r, t] = log pi_T(y_t | x, y_<t)``, the distribution sampled from: the
+    model's logits divided by the sampling ``temperature`` T (TRL and verl score the same way; top-p is not
+    applied), 0 where the completion mask is 0; the log-score of a completion is
     ``sum_t m_t log pi(y_t | x, y_<t)`` (``logscore="sum"``) or that sum divided by ``max(1, sum_t m_t)``
     (``"mean"``, :func:`agents.losses.sequence_logscores`).
 
-    **Reference.** With LoRA, the base model with the adapters disabled; without LoRA, a frozen copy of
-    the model taken on first use (kept out of ``state_dict``).
+    **Reference.** With LoRA, the base model with the adapters disabled; without LoRA, the original
+    weights of ``model``, loaded again on first use (kept out of ``state_dict``; also after ``load``).
 
     **Saving.** SB3's ``save`` stores ``state_dict()`` (all weights, LoRA included) and the constructor
     arguments; ``load`` rebuilds the policy from ``model`` (the same path) and restores the weights.
@@ -329,9 +329,10 @@ class LLMPolicy(BasePolicy):
 
         Input ``[x ; y_<Lc]`` (left-padded prompt, right-padded completion) with attention mask
         ``[prompt_mask ; completion_mask]`` and positions ``cumsum(mask) - 1`` (so left padding does not
-        shift them, as in ``generate``); the logits of the last ``Lc`` positions predict ``y_0 .. y_Lc-1``:
-        ``log pi(y_t) = logit[y_t] - logsumexp(logit)`` in float32. Columns that are all padding within a
-        chunk (prompt left padding, completion tail) are not computed.
+        shift them, as in ``generate``); the logits of the last ``Lc`` positions, divided by the sampling
+        ``temperature`` T (as TRL and verl score), predict ``y_0 .. y_Lc-1``:
+        ``log pi(y_t) = logit[y_t] / T - logsumexp(logit / T)`` in float32. Columns that are all padding
+        within a chunk (prompt left padding, completion tail) are not computed.
         """
         rows = rows.to(completions.owner.device)
         width = completions.completion_ids.shape[1]
@@ -352,7 +353,7 @@ class LLMPolicy(BasePolicy):
                 position_ids=positions,
                 logits_to_keep=used,
                 use_cache=False,
-            ).logits.float()
+            ).logits.float() / self.temperature
             log_probs = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
             log_probs = log_probs.masked_fill(completion_mask[:, :used] == 0, 0.0)
             chunks.append(F.pad(log_probs, (0, width - used)))
@@ -371,9 +372,12 @@ class LLMPolicy(BasePolicy):
         return self._teacher_forced(self.reference_model(), completions, rows)
 
     def reference_model(self) -> nn.Module:
-        """The frozen copy serving as reference without LoRA (made on first call, on the policy's device)."""
+        """The frozen reference without LoRA: the original weights of ``model`` (loaded again from that
+        source on first call, so a policy restored by ``load`` keeps the anchor of the first run, not its
+        trained weights), on the policy's device."""
         if self._frozen_reference is None:
-            reference = copy.deepcopy(self.model).requires_grad_(False).eval()
+            reference, _ = load_causal_lm(self.model_name, resolve_dtype(self.dtype))
+            reference.requires_grad_(False).eval()
             object.__setattr__(self, "_frozen_reference", reference)
         return self._frozen_reference.to(self.device)
 

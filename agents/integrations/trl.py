@@ -23,6 +23,16 @@ prompt. With whole groups in every micro-batch, the update is the mean over all 
 batch: each micro-batch's loss is its groups' mean divided by the accumulation steps, and DDP averages
 the processes' gradients.
 
+**Rows, KL, inputs.** The loss is :func:`agents.losses.completion_tpo_loss`, the function verl's plugin
+and our text mode call: a row whose completion mask is empty (``mask_truncated_completions=True`` zeroes
+truncated rows) leaves its group's softmax and is counted in ``tpo/dropped_rows``; a group left with
+fewer than two rows gives no gradient. With ``beta > 0`` the k3 KL to the reference (weighted by the
+importance ratio with ``use_bias_correction_kl``, TRL's default) is a mean over the completion tokens of
+the whole accumulation window (``num_items_in_batch``), whatever the micro-batching; a zero-variance group
+(u = 0, q = p_old) then gets the KL's gradient only, as in GRPO. Log-probs are TRL's, at the sampling
+``temperature`` (logits / T), the rule of our own loop too. Multimodal inputs (``pixel_values``,
+``image_grid_thw``, ...) reach the model, and a Mixture-of-Experts router loss is added as GRPO adds it.
+
 Settings of ``GRPOConfig`` that TPO does not use (``loss_type``, ``epsilon``, ``scale_rewards``,
 ``importance_sampling_level``, ...) are ignored; settings that would silently change the update
 (Liger loss, entropy masks and bonuses, off-policy masks, normalize-then-sum aggregation) are refused.

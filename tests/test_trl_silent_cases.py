@@ -1,0 +1,209 @@
+"""TargetPOTrainer's silent cases, each pinned: rows whose mask TRL zeroed (``mask_truncated_completions``)
+leave the group softmax and are counted, an all-truncated group gives no gradient, the KL is one mean
+over the accumulation window's tokens whatever the micro-batching and follows ``use_bias_correction_kl``,
+zero-variance groups with ``beta > 0`` get only the KL's gradient, multimodal inputs reach the model, the
+MoE router loss is added, and TRL scores at the sampling temperature as our loop does."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+from agents import losses as L  # noqa: E402
+from tests.test_trl_integration import grads, make_trainer, manual_token_log_probs, micro_batch  # noqa: E402
+from tests.trl_group_run import K  # noqa: E402
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def _loss_and_grads(trainer, inputs):
+    trainer.model.zero_grad()
+    loss = trainer._compute_loss(trainer.model, inputs)
+    loss.backward()
+    return loss.detach(), grads(trainer.model)
+
+
+def test_a_row_with_a_zeroed_mask_leaves_the_softmax_and_is_counted(tiny_llm_dir, tmp_path):
+    trainer = make_trainer(tiny_llm_dir, tmp_path)
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    inputs = micro_batch(trainer, [1.0, 0.0, 0.25, 2.0])
+    inputs["completion_mask"][3] = 0  # what mask_truncated_completions does to a truncated row
+    loss, _ = _loss_and_grads(trainer, inputs)
+    assert trainer._metrics["train"]["tpo/dropped_rows"][-1] == 1
+    mask = inputs["completion_mask"].float()
+    with torch.no_grad():
+        token_lp = manual_token_log_probs(trainer.model, inputs)
+        expected, _ = L.completion_tpo_loss(token_lp, token_lp, mask, inputs["scores"], K)
+        naive = L.tpo_loss(L.sequence_logscores(token_lp, mask, "mean").reshape(2, K),
+                           L.tpo_target(L.sequence_logscores(token_lp, mask, "mean").reshape(2, K),
+                                        inputs["scores"].reshape(2, K)))  # fmt: skip
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
+    assert abs(naive.item() - expected.item()) > 1e-3  # the zero-mask row (L = 0) used to take the softmax
+    # group 1 (K = 2) has one valid row left: fewer than two, so it gives no TPO gradient
+    assert trainer._metrics["train"]["tpo/unusable_group_frac"][-1] == 0.5
+
+
+def test_an_all_truncated_group_gives_no_gradient(tiny_llm_dir, tmp_path):
+    trainer = make_trainer(tiny_llm_dir, tmp_path)
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    inputs = micro_batch(trainer, [1.0, 0.0, 0.25, 2.0])
+    only_first = {key: value[:2] if value.ndim else value for key, value in inputs.items()}
+    first_loss, first_grads = _loss_and_grads(trainer, only_first)
+    inputs["completion_mask"][2:] = 0
+    loss, both_grads = _loss_and_grads(trainer, inputs)
+    assert torch.isfinite(loss)
+    assert loss.item() == pytest.approx(first_loss.item() / 2, abs=1e-6)  # the mean over both groups
+    for a, b in zip(both_grads, first_grads, strict=True):
+        torch.testing.assert_close(a, b / 2, atol=1e-6, rtol=0)
+
+
+def eos_rollout(prompts, trainer):
+    """Completion j of a prompt: ``"ab"`` then EOS for even j, ``"abc"`` without EOS (truncated) for odd j."""
+    tokenizer = trainer.processing_class
+    seen: dict[str, int] = {}
+    prompt_ids, completion_ids = [], []
+    for prompt in prompts:
+        j = seen[prompt] = seen.get(prompt, -1) + 1
+        prompt_ids.append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        c = tokenizer("c", add_special_tokens=False)["input_ids"]
+        tail = [tokenizer.eos_token_id] if j % 2 == 0 else c
+        completion_ids.append(tokenizer("ab", add_special_tokens=False)["input_ids"] + tail)
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+
+def test_mask_truncated_completions_is_honoured_end_to_end(tiny_llm_dir, tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agents.integrations import trl as tpo_trl
+    from tests.test_trl_integration import make_config
+    from tests.trl_group_run import length_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(tiny_llm_dir)
+    dataset = Dataset.from_dict({"prompt": ["q: x", "q: y"]})
+    trainer = tpo_trl.TargetPOTrainer(
+        model=model, reward_funcs=length_reward, train_dataset=dataset,
+        args=make_config(tmp_path, mask_truncated_completions=True, num_generations=4, optim="sgd"),
+        processing_class=tokenizer, rollout_func=eos_rollout,
+    )  # fmt: skip
+    trainer.train()
+    logged = [row for row in trainer.state.log_history if "tpo/dropped_rows" in row]
+    assert logged and logged[0]["tpo/dropped_rows"] == 2  # the two truncated completions of the prompt
+
+
+def _two_groups_with_reference(trainer, shift: float = 0.3):
+    inputs = micro_batch(trainer, [1.0, 1.0, 0.0, 3.0])
+    mask = inputs["completion_mask"].float()
+    with torch.no_grad():
+        inputs["ref_per_token_logps"] = manual_token_log_probs(trainer.model, inputs) + shift * mask
+    inputs["num_items_in_batch"] = mask.sum()
+    return inputs
+
+
+def test_kl_is_one_token_mean_whatever_the_micro_batching(tiny_llm_dir, tmp_path):
+    trainer = make_trainer(tiny_llm_dir, tmp_path, beta=0.5)
+    trainer.model.train()
+    inputs = _two_groups_with_reference(trainer)
+    trainer.args.steps_per_generation = 1
+    trainer.current_gradient_accumulation_steps = 1
+    _, whole = _loss_and_grads(trainer, inputs)
+    trainer.args.steps_per_generation = 2  # the same window as two micro-batches of one group
+    trainer.current_gradient_accumulation_steps = 2
+    trainer.model.zero_grad()
+    for part in (slice(0, 2), slice(2, 4)):
+        split = {key: value[part] if value.ndim else value for key, value in inputs.items()}
+        trainer._compute_loss(trainer.model, split).backward()
+    for a, b in zip(grads(trainer.model), whole, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    mask = inputs["completion_mask"].float()
+    lengths = mask.sum(-1)
+    assert lengths[:2].sum() != lengths[2:].sum()  # unequal token counts: a per-micro-batch mean would differ
+
+
+def test_use_bias_correction_kl_weights_the_k3_terms(tiny_llm_dir, tmp_path):
+    for corrected in (False, True):
+        trainer = make_trainer(tiny_llm_dir, tmp_path, beta=0.5, use_bias_correction_kl=corrected)
+        trainer.current_gradient_accumulation_steps = 1
+        trainer.model.train()
+        inputs = _two_groups_with_reference(trainer)
+        mask = inputs["completion_mask"].float()
+        with torch.no_grad():
+            token_lp = manual_token_log_probs(trainer.model, inputs)
+        inputs["old_per_token_logps"] = token_lp - 0.2 * mask
+        loss = trainer._compute_loss(trainer.model, inputs)
+        tpo, _ = L.completion_tpo_loss(token_lp, inputs["old_per_token_logps"], mask, inputs["scores"], K)
+        k3 = L.k3(inputs["ref_per_token_logps"] - token_lp)
+        weight = torch.exp(token_lp - inputs["old_per_token_logps"]) if corrected else torch.ones_like(k3)
+        expected = tpo + 0.5 * (k3 * weight * mask).sum() / mask.sum()
+        assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_zero_variance_groups_with_beta_get_only_the_kl_gradient(tiny_llm_dir, tmp_path):
+    """u = 0 gives q = p_old: at theta = theta_old the TPO term has no gradient, the KL term keeps its own
+    (as in TRL's GRPO with beta > 0), so neutral groups still move the policy toward the reference."""
+    trainer = make_trainer(tiny_llm_dir, tmp_path, beta=0.5)
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    inputs = _two_groups_with_reference(trainer)
+    inputs["scores"] = torch.full((4,), 0.5)
+    _, with_kl = _loss_and_grads(trainer, inputs)
+    trainer.beta = 0.0
+    _, without_kl = _loss_and_grads(trainer, inputs)
+    assert max(g.abs().max().item() for g in without_kl) < 1e-7
+    assert max(g.abs().max().item() for g in with_kl) > 1e-4
+    assert trainer._metrics["train"]["tpo/zero_variance_frac"][-1] == 1.0
+
+
+def test_multimodal_inputs_reach_the_model_and_the_router_loss_is_added(tiny_llm_dir, tmp_path, monkeypatch):
+    trainer = make_trainer(tiny_llm_dir, tmp_path)
+    trainer.current_gradient_accumulation_steps = 2
+    trainer.model.train()
+    inputs = micro_batch(trainer, [1.0, 0.0, 0.25, 2.0])
+    inputs["pixel_values"] = torch.ones(3, 5)
+    inputs["image_grid_thw"] = torch.tensor([[1, 1, 3]])
+    seen = {}
+    original = trainer._get_per_token_logps_and_entropies
+
+    def spy(model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        seen.update(kwargs)  # the tiny model is text-only: score it without the image inputs
+        logps, entropies, _ = original(model, input_ids, attention_mask, logits_to_keep)
+        return logps, entropies, torch.tensor(2.0) if kwargs["compute_aux_loss"] else None
+
+    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", spy)
+    plain = trainer._compute_loss(trainer.model, inputs).item()
+    assert torch.equal(seen["pixel_values"], inputs["pixel_values"])
+    assert torch.equal(seen["image_grid_thw"], inputs["image_grid_thw"])
+    trainer.aux_loss_enabled, trainer.router_aux_loss_coef = True, 0.1
+    with_router = trainer._compute_loss(trainer.model, inputs).item()
+    assert with_router == pytest.approx(plain + 0.1 * 2.0 / 2, abs=1e-6)
+    assert trainer._metrics["train"]["aux_loss"][-1] == 2.0
+
+
+def test_trl_scores_at_the_sampling_temperature_like_our_loop(tiny_llm_dir, tmp_path):
+    trainer = make_trainer(tiny_llm_dir, tmp_path, temperature=0.5)
+    inputs = micro_batch(trainer, [1.0, 0.0, 0.25, 2.0])
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    width = inputs["completion_ids"].shape[1]
+    with torch.no_grad():
+        theirs, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, width)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        logits = trainer.model(input_ids=ids, attention_mask=attention, position_ids=positions).logits
+        ours = torch.log_softmax(logits[:, -width - 1 : -1].float() / 0.5, -1)  # LLMPolicy's rule
+        ours = ours.gather(-1, inputs["completion_ids"][..., None]).squeeze(-1)
+    mask = inputs["completion_mask"].bool()
+    torch.testing.assert_close(theirs[mask], ours[mask], atol=1e-5, rtol=0)

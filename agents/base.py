@@ -20,6 +20,7 @@ from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
 from agents.base_class import EnvLike, GroupBaseAlgorithm, env_id_and_kwargs, model_zip_path
+from agents.engine import fused_collector, wants_train_diagnostics
 
 __all__ = ["EnvLike", "GroupAlgorithm", "env_id_and_kwargs", "model_zip_path"]
 
@@ -60,15 +61,18 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
         )
+        fused = fused_collector(self)  # the engine's collection, or None: the generic path
+        every_update = fused is None or wants_train_diagnostics(callback)
         callback.on_training_start(locals(), globals())
         while self.num_timesteps < total_timesteps and (n_iterations is None or iteration < n_iterations):
-            batch = self.collect(callback)
+            batch = (fused or self.collect)(callback)
             if batch is None:
                 break
             self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-            self.train(batch)
+            logged = log_interval > 0 and (iteration + 1) % log_interval == 0
+            self.train(batch, diagnostics=every_update or logged)
             iteration += 1
-            if log_interval > 0 and iteration % log_interval == 0:
+            if logged:
                 self._dump_logs(iteration)
         callback.on_training_end()
         return self
@@ -101,33 +105,39 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         callback.on_rollout_end()
         return batch
 
-    def train(self, batch: Any) -> None:
+    def train(self, batch: Any, diagnostics: bool = True) -> None:
         """``n_epochs`` full-batch optimizer steps on one batch, targets and old log-probs frozen.
 
         A mode may split a batch into parts of whole groups (the text mode's micro-batches); each
         part's loss is weighted by its share of the batch and the gradients accumulate, so one
         optimizer step sees the full-batch gradient. Logged stats are the parts' weighted means.
+        ``diagnostics=False`` skips the ``train/`` diagnostics (the loss's stats, the gradient norm, the
+        KL to pi_old), which change no parameter: the learn loop of a fused collector computes them for
+        logged updates only.
         """
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         for name in self.schedules:
             self.logger.record(f"train/{name}", self.scheduled(name))
+        self.diagnostics = diagnostics
         start = time.perf_counter()
         for epoch in range(self.n_epochs):
             last = epoch == self.n_epochs - 1
             self.policy.optimizer.zero_grad()
-            stats, loss, kl = self._accumulate_gradients(batch, last)
+            stats, loss, kl = self._accumulate_gradients(batch, last and diagnostics)
             if epoch == 0:
-                stats["grad_norm"] = _global_grad_norm(self.policy.parameters(), self.n_seeds)
+                if diagnostics:
+                    stats["grad_norm"] = _global_grad_norm(self.policy.parameters(), self.n_seeds)
                 first_stats = stats
             self.policy.optimizer.step()
         self.mode.after_update(self.policy)
         self.mode.log_update(self.logger, batch)
         self._n_updates += self.n_epochs
-        first_stats.update({key: stats[key] for key in LAST_EPOCH_STATS if key in stats})
-        first_stats["approx_kl"] = kl
-        for key, value in first_stats.items():
-            self.logger.record(f"train/{key}", float(value))
+        if diagnostics:
+            first_stats.update({key: stats[key] for key in LAST_EPOCH_STATS if key in stats})
+            first_stats["approx_kl"] = kl
+            for key, value in first_stats.items():
+                self.logger.record(f"train/{key}", float(value))
         self.logger.record("train/loss", loss)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         tokens = self.mode.train_tokens(batch)

@@ -185,6 +185,11 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.member_rollout: dict[str, np.ndarray] = {}
         #: The member of a population that ``predict`` uses (:meth:`set_predict_member`).
         self.predict_member = 0
+        #: Whether the loss of the current update computes its ``train/`` diagnostics (set by ``train``).
+        self.diagnostics = True
+        #: Whether ``learn`` uses the fused collection of :mod:`agents.engine` where one covers the
+        #: policy and mode (False: always the generic mode path, the reference).
+        self.use_engine = True
         if env is not None:
             self.env_id, self.env_kwargs = env_id, merged_kwargs
             self._env_source = env
@@ -435,7 +440,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "lr_schedule", "mode", "_monitor", "_env_source", "_view",
-                "_probe"]
+                "_probe", "diagnostics", "use_engine"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []

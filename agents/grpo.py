@@ -64,6 +64,8 @@ class GRPO(GroupAlgorithm):
                 return losses.grpo_loss(logscores, old, adv, clip_range, self.beta, mask).reshape(1)
 
             loss = self.mode.per_member(masked, logscores, old, advantages, mask).mean()
+        if not self.diagnostics:
+            return loss, {}
         winners, losers = losses.target_mass(advantages.abs(), scores)
         stats = {
             "clip_fraction": losses.clip_fraction(logscores.detach(), old, clip_range),
@@ -76,6 +78,8 @@ class GRPO(GroupAlgorithm):
         mask = ~losses.zero_variance_groups(view.scores) if self.mask_zero_variance else None
         advantages = losses.grpo_advantages(view.scores)
         loss, stats = self._clipped(view.logscores, view.old_logscores, advantages, view.scores, mask)
+        if not self.diagnostics:
+            return loss, stats
         return loss, {**stats, **losses.group_diagnostics(view.scores)}
 
     def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:

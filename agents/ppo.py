@@ -36,6 +36,7 @@ class PPO(GroupAlgorithm):
 
     def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
         clip_range = self.scheduled("clip_range")
-        stats = {"clip_fraction": losses.clip_fraction(view.logp.detach(), view.old_logp, clip_range)}
         loss = losses.ppo_loss(view.logp, view.old_logp, view.advantages, clip_range, weights=view.weights)
-        return loss, stats
+        if not self.diagnostics:
+            return loss, {}
+        return loss, {"clip_fraction": losses.clip_fraction(view.logp.detach(), view.old_logp, clip_range)}

@@ -41,6 +41,8 @@ class TPO(GroupAlgorithm):
 
     def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
         target = losses.tpo_target(view.old_logscores, view.scores, eta=self.eta, anchor=self.anchor)
+        if not self.diagnostics:
+            return losses.tpo_loss(view.logscores, target), {}
         winners, losers = losses.target_mass(target, view.scores)
         stats = {
             **losses.group_diagnostics(view.scores),

@@ -19,6 +19,7 @@ import tpo_gym
 from agents import CE, DG, GRPO, PG, PPO, TPO, GroupPG
 from agents.base import GroupAlgorithm
 from agents.modes import MODES, EnvTraits
+from agents.policies.base import multinomial_rows
 from agents.zoo.registry import ALGOS, EXTERNAL_ALGOS, get_algo
 from tpo_gym.sb3 import make_sb3_vec_env
 
@@ -203,7 +204,7 @@ def test_sampled_predictions_use_the_members_generator() -> None:
     generator.set_state(model.policy.member_generators[1].get_state())
     with th.no_grad():
         probs = model.policy.member_policy(1).action_log_probs(th.as_tensor(obs)).exp()
-    want = th.multinomial(probs, 1, replacement=False, generator=generator).reshape(-1).numpy()
+    want = multinomial_rows(probs.log(), 1, [generator]).reshape(-1).numpy()
     global_state = th.get_rng_state()
     actions, _ = model.predict(obs)
     assert np.array_equal(actions, want)

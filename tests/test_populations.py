@@ -176,9 +176,18 @@ def test_member_generators_draw_as_each_member_alone():
     generators = [th.Generator().manual_seed(s) for s in (1, 2, 3)]
     draws = multinomial_rows(log_probs, 5, generators)
     for member, seed in enumerate((1, 2, 3)):
-        alone = th.multinomial(log_probs[2 * member: 2 * member + 2].exp(), 5, replacement=True,
-                               generator=th.Generator().manual_seed(seed))
+        alone = multinomial_rows(log_probs[2 * member: 2 * member + 2], 5, [th.Generator().manual_seed(seed)])
         assert th.equal(draws[2 * member: 2 * member + 2], alone)
+
+
+def test_inverse_cdf_draws_follow_the_probabilities_and_skip_impossible_actions():
+    probs = th.tensor([[0.5, 0.0, 0.25, 0.25], [0.0, 0.0, 0.0, 1.0]])
+    draws = multinomial_rows(probs.log(), 40_000, [th.Generator().manual_seed(0)])
+    counts = th.stack([th.bincount(row, minlength=4) for row in draws]).double() / 40_000
+    assert th.allclose(counts, probs.double(), atol=0.01) and counts[0, 1] == 0 and counts[1, 3] == 1
+    uniforms = th.rand(2, 3, generator=th.Generator().manual_seed(0))  # the draw is F^-1(u), u ~ U[0, 1)
+    manual = th.searchsorted(probs.cumsum(-1), uniforms * probs.sum(-1, keepdim=True), right=True)
+    assert th.equal(multinomial_rows(probs.log(), 3, [th.Generator().manual_seed(0)]), manual)
 
 
 def test_normalized_step_normalises_each_member_by_its_own_norm():

@@ -259,22 +259,28 @@ def member_of_rows(n_rows: int, n_members: int, device: torch.device | str | Non
 
 def sample_categorical(log_probs: Tensor, generators: list[torch.Generator] | None = None) -> Tensor:
     """One draw per row of ``[..., A]`` log-probabilities, returned with shape ``[...]``."""
-    return multinomial_rows(log_probs, 1, generators, replacement=False).reshape(log_probs.shape[:-1])
+    return multinomial_rows(log_probs, 1, generators).reshape(log_probs.shape[:-1])
 
 
-def multinomial_rows(
-    log_probs: Tensor, n: int, generators: list[torch.Generator] | None = None, replacement: bool = True
-) -> Tensor:
-    """``n`` draws with replacement from each row of ``[..., A]`` log-probabilities, shape ``[R, n]``
-    for the ``R`` rows.
+def multinomial_rows(log_probs: Tensor, n: int, generators: list[torch.Generator] | None = None) -> Tensor:
+    """``n`` i.i.d. draws from each row of ``[..., A]`` log-probabilities by inverse CDF, shape ``[R, n]``
+    for the ``R`` rows: with ``F_a = sum_{b <= a} pi_b`` and one ``u ~ U[0, 1)`` per draw, the action is
+    the first ``a`` with ``F_a > u F_A`` (``F_A``: the row's total, 1 up to rounding), so an action of
+    probability 0 is never drawn. One uniform per draw, where ``torch.multinomial`` spends one
+    exponential per action and draw.
 
     ``generators``: one generator per member of a member-major batch (rows split into equal blocks),
     each block drawn with its member's generator exactly as that member alone would draw it; None
     draws every row from torch's global generator.
     """
-    flat = log_probs.detach().reshape(-1, log_probs.shape[-1]).exp()
+    cdf = log_probs.detach().reshape(-1, log_probs.shape[-1]).exp().cumsum(-1)
+    rows, options = cdf.shape[0], dict(device=cdf.device, dtype=cdf.dtype)
     if generators is None:
-        return torch.multinomial(flat, n, replacement=replacement)
-    blocks = flat.chunk(len(generators))
-    return torch.cat([torch.multinomial(block, n, replacement=replacement, generator=generator)
-                      for block, generator in zip(blocks, generators, strict=True)])
+        uniforms = torch.rand(rows, n, **options)
+    else:
+        if rows % len(generators):
+            raise ValueError(f"a batch of {rows} rows cannot be split among {len(generators)} members")
+        block = rows // len(generators)
+        uniforms = torch.cat([torch.rand(block, n, generator=g, **options) for g in generators])
+    draws = torch.searchsorted(cdf, uniforms * cdf[:, -1:], right=True)
+    return draws.clamp_max_(cdf.shape[-1] - 1)

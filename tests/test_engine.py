@@ -1,0 +1,124 @@
+"""The fused collection (agents.engine) equals the generic mode path: same batches, same losses, same
+parameters, for every algorithm and population size it covers; diagnostics only where logged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
+from stable_baselines3.common.logger import KVWriter, Logger
+
+import tpo_gym  # noqa: F401
+from agents.engine import TablePopulationCollector, fused_collector, wants_train_diagnostics
+from agents.zoo.registry import make_agent
+
+th.set_num_threads(1)
+
+POPULATION_ALGOS = ("tpo", "grpo", "dg", "pg", "ce", "tpo_no_anchor", "grpo_masked")
+BANDIT = {"n_contexts": 6, "n_arms": 4}
+
+
+class Rows(KVWriter):
+    """Every logger dump."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        self.rows.append({k: float(v) for k, v in key_values.items()
+                          if isinstance(v, int | float) and not k.startswith("time/")})  # not wall times
+
+
+def population_model(algo: str, n_seeds: int, engine: bool, **kwargs: Any) -> Any:
+    model = make_agent(algo, "TabularPolicy", "TPO/MultiContextBandit-v0", env_kwargs=BANDIT,
+                       group_mode="population", learning_rate=0.1, n_epochs=1, seed=3, n_seeds=n_seeds,
+                       policy_kwargs={"init": "normal"}, **kwargs)  # fmt: skip
+    model.use_engine = engine
+    return model
+
+
+@pytest.mark.parametrize("n_seeds", [1, 3])
+@pytest.mark.parametrize("algo", POPULATION_ALGOS)
+def test_fused_population_updates_equal_the_generic_path(algo: str, n_seeds: int) -> None:
+    runs = []
+    for engine in (True, False):
+        model = population_model(algo, n_seeds, engine)
+        assert (fused_collector(model) is not None) is engine
+        writer = Rows()
+        model.set_logger(Logger(folder=None, output_formats=[writer]))
+        model.learn(n_iterations=4, log_interval=1)
+        members = {key: values.tolist() for key, values in model.member_rollout.items()}
+        runs.append((model.policy.logits.detach().clone(), writer.rows, members, model.num_timesteps))
+    (fused, *fused_logs), (generic, *generic_logs) = runs
+    assert th.equal(fused, generic)
+    assert fused_logs == generic_logs  # every logged value (diagnostics included), member values, steps
+
+
+def test_the_fused_batch_is_the_generic_batch() -> None:
+    model = population_model("tpo", 3, True)
+    model.learn(n_iterations=2)  # the collector has scored the env; the table has moved
+    collector = TablePopulationCollector(model)
+    first = collector(model._init_callback(None))
+    again = collector(model._init_callback(None))  # from the table alone
+    generic = model.collect(model._init_callback(None))
+    for batch in (first, again):
+        for field in ("obs", "rewards", "old_log_probs"):
+            assert th.equal(getattr(batch, field), getattr(generic, field)), field
+
+
+class NeedsDiagnostics(BaseCallback):
+    wants_train_diagnostics = True
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def test_diagnostics_only_for_logged_updates_or_when_asked() -> None:
+    assert not wants_train_diagnostics(CallbackList([ProgressBarCallback()]))
+    assert wants_train_diagnostics(CallbackList([CallbackList([NeedsDiagnostics()])]))
+    for callback, expected in ((None, 2), (NeedsDiagnostics(), 6)):
+        model = population_model("tpo", 2, True)
+        computed = []
+        train = model.train
+
+        def counting(batch: Any, diagnostics: bool = True, train: Any = train, seen: list = computed) -> None:
+            seen.append(diagnostics)
+            train(batch, diagnostics)
+
+        model.train = counting
+        writer = Rows()
+        model.set_logger(Logger(folder=None, output_formats=[writer]))
+        model.learn(n_iterations=6, log_interval=3, callback=callback)
+        assert sum(computed) == expected and computed[2] and computed[5], callback
+        assert len(writer.rows) == 2 and all("train/q_mass_winners" in row for row in writer.rows)
+
+
+def test_the_generic_path_always_computes_diagnostics() -> None:
+    model = population_model("tpo", 1, False)
+    computed = []
+    train = model.train
+    model.train = lambda batch, diagnostics=True: (computed.append(diagnostics), train(batch, diagnostics))
+    model.learn(n_iterations=3, log_interval=0)
+    assert computed == [True, True, True]
+
+
+def test_a_stopping_callback_stops_the_fused_loop() -> None:
+    class StopAtOnce(BaseCallback):
+        def _on_step(self) -> bool:
+            return False
+
+    model = population_model("pg", 2, True)
+    before = model.policy.logits.detach().clone()
+    model.learn(n_iterations=5, callback=StopAtOnce())
+    assert th.equal(model.policy.logits.detach(), before)
+    assert model.num_timesteps == BANDIT["n_contexts"]
+
+
+def test_the_engine_leaves_sampled_modes_to_the_generic_path() -> None:
+    single = make_agent("tpo", "TabularPolicy", "TPO/KArmedBandit-v0", env_kwargs={"n_arms": 5},
+                        group_mode="single", batch_size=8)  # fmt: skip
+    assert fused_collector(single) is None
+    assert np.isfinite(single.learn(n_iterations=2).policy.logits.detach().numpy()).all()

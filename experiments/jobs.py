@@ -23,6 +23,9 @@ import numpy as np
 
 from experiments.core import RunSpec, kept, save_seed
 
+TRAIN_DIAGNOSTICS = ("update/train/", "update/all_fail")
+"""Curves that need each seed's own ``train/`` values (a population's logger holds only their means)."""
+
 
 @dataclass(frozen=True)
 class Task:
@@ -78,6 +81,11 @@ SeedResult = tuple[str, dict[str, np.ndarray], dict[str, Any]]
 """One trained seed: (its file's path, its curves, its meta), written by :func:`write_results`."""
 
 
+def needs_train_diagnostics(curves: tuple[str, ...] | None) -> bool:
+    """Whether a seed file keeping ``curves`` (None: all) needs every update's ``train/`` diagnostics."""
+    return curves is None or any(c.startswith(TRAIN_DIAGNOSTICS) for c in curves)
+
+
 def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], float]:
     """Train a job's seeds as one model (``seed`` its first seed, ``n_seeds`` its size) and record their
     curves; returns each seed's (path, curves, meta), unwritten, and the job's wall seconds.
@@ -102,6 +110,8 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     start = time.perf_counter()
     model = build_model(spec, first.seed, len(job))
     recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
+    # the fused engine computes train/ diagnostics only for a callback that asks (agents.engine)
+    recorder.wants_train_diagnostics = needs_train_diagnostics(first.curves)
     model.learn(n_iterations=spec.n_updates, callback=recorder, log_interval=0)
     if recorder.updates_done != spec.n_updates:
         raise RuntimeError(f"{describe(job)}: ran {recorder.updates_done} updates, expected {spec.n_updates}")

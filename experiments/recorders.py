@@ -51,6 +51,10 @@ Row = dict[str, np.ndarray]
 class CurveRecorder(BaseCallback):
     """Record per-update curves of every member (never stops training)."""
 
+    wants_train_diagnostics = True
+    """Ask the fused engine for every update's ``train/`` diagnostics (``agents.engine``); the runner
+    turns it off where the seed file keeps none (``experiments.jobs.needs_train_diagnostics``)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[Row] = []

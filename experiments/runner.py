@@ -19,6 +19,7 @@ from typing import Any
 
 from experiments.core import Experiment, RunSpec, is_finished, seed_path
 from experiments.jobs import (  # noqa: F401  (re-exported: the runner's public names)
+    TRAIN_DIAGNOSTICS,
     Job,
     Task,
     build_model,
@@ -31,8 +32,6 @@ from experiments.launchers import Launcher, ProcessLauncher
 
 MEMBERS_PER_PROCESS = 100
 """The default cap on the seeds of one run that one process trains together."""
-TRAIN_DIAGNOSTICS = ("update/train/", "update/all_fail")
-"""Curves that need each seed's own ``train/`` values (a population's logger holds only their means)."""
 
 
 def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: int | None = None,

@@ -15,6 +15,7 @@ import torch as th
 
 from experiments.core import RESULTS, SMOKE_RESULTS, is_finished, kept, load_seed, save_seed, seed_path
 from experiments.definitions import EXPERIMENTS, get_experiment
+from experiments.jobs import needs_train_diagnostics
 from experiments.report import load_runs, summarize
 from experiments.run import default_out, main
 from experiments.runner import plan, run_tasks
@@ -45,6 +46,12 @@ def test_each_experiment_keeps_its_metric_panels_and_what_its_report_reads():
     arrays = {"update/error": 1, "update/batch_error": 2, "eval/mechanism_gain": 3, "eval/x": 4, "eval/y": 5}
     assert set(kept(arrays, get_experiment("mnist").curves)) == {"eval/mechanism_gain", "eval/x"}
     assert kept(arrays, None) == arrays
+
+
+def test_only_a_file_that_keeps_train_diagnostics_asks_the_engine_for_them():
+    assert not needs_train_diagnostics(get_experiment("tabular_multi").curves)
+    assert not needs_train_diagnostics(get_experiment("vocab_sweep").curves)
+    assert needs_train_diagnostics(get_experiment("diagnostics").curves) and needs_train_diagnostics(None)
 
 
 def test_save_writes_compressed_float32_and_keeps_integers(tmp_path):

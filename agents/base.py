@@ -94,6 +94,13 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         batch = self.mode.collect(self.vector_env, self.policy, on_step)
         if batch is None:
             return None
+        self.record_batch(batch)
+        callback.on_rollout_end()
+        return batch
+
+    def record_batch(self, batch: Any) -> None:
+        """Record a collected batch: its ``rollout/`` values (the members' means; per member in
+        :attr:`member_rollout`), its episodes' count and ``monitor.csv`` rows."""
         self.member_rollout = self.mode.log_rollout(self.logger, batch) or {}
         rows = self.mode.episode_rows(batch)
         if rows is not None:
@@ -102,8 +109,6 @@ class GroupAlgorithm(GroupBaseAlgorithm):
             self._episode_num += len(rows["r"])
             if self._monitor is not None:
                 self._monitor.write(rows)
-        callback.on_rollout_end()
-        return batch
 
     def train(self, batch: Any, diagnostics: bool = True) -> None:
         """``n_epochs`` full-batch optimizer steps on one batch, targets and old log-probs frozen.

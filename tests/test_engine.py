@@ -117,8 +117,47 @@ def test_a_stopping_callback_stops_the_fused_loop() -> None:
     assert model.num_timesteps == BANDIT["n_contexts"]
 
 
-def test_the_engine_leaves_sampled_modes_to_the_generic_path() -> None:
-    single = make_agent("tpo", "TabularPolicy", "TPO/KArmedBandit-v0", env_kwargs={"n_arms": 5},
-                        group_mode="single", batch_size=8)  # fmt: skip
-    assert fused_collector(single) is None
-    assert np.isfinite(single.learn(n_iterations=2).policy.logits.detach().numpy()).all()
+SINGLE_RUNS = {
+    "tpo": {"baseline": 0.5}, "grpo": {}, "dg": {"baseline": 0.5}, "pg": {"baseline": "batch_mean"},
+    "group_pg": {}, "tpo_interactions": {"match": "interactions", "group_size": 4},
+}
+
+
+def single_model(name: str, n_seeds: int, engine: bool, folder: Any = None) -> Any:
+    algo = name.split("_")[0] if name.endswith("interactions") else name
+    model = make_agent(algo, "TabularPolicy", "TPO/KArmedBandit-v0", env_kwargs={"n_arms": 7},
+                       group_mode="single", batch_size=6, learning_rate=0.1, n_epochs=1, seed=5,
+                       n_seeds=n_seeds, monitor_dir=folder, **SINGLE_RUNS[name])  # fmt: skip
+    model.use_engine = engine
+    return model
+
+
+@pytest.mark.parametrize("n_seeds", [1, 3])
+@pytest.mark.parametrize("name", sorted(SINGLE_RUNS))
+def test_fused_single_context_updates_equal_the_generic_path(name: str, n_seeds: int, tmp_path: Any) -> None:
+    runs = []
+    for engine in (True, False):
+        folder = tmp_path / str(engine)
+        folder.mkdir()
+        th.manual_seed(0)
+        model = single_model(name, n_seeds, engine, str(folder))
+        assert (fused_collector(model) is not None) is engine
+        writer = Rows()
+        model.set_logger(Logger(folder=None, output_formats=[writer]))
+        model.learn(n_iterations=5, log_interval=1)
+        members = {key: values.tolist() for key, values in model.member_rollout.items()}
+        monitor = [line.split(",")[:2] for line in (folder / "monitor.csv").read_text().splitlines()[2:]]
+        runs.append((model.policy.logits.detach().clone(), writer.rows, members, model.num_timesteps,
+                     model._episode_num, monitor))  # fmt: skip
+    (fused, *fused_logs), (generic, *generic_logs) = runs
+    assert th.equal(fused, generic)
+    assert fused_logs == generic_logs
+
+
+def test_the_engine_leaves_other_policies_and_contexts_to_the_generic_path() -> None:
+    several = make_agent("tpo", "TabularPolicy", "TPO/MultiContextBandit-v0",
+                         env_kwargs={"n_contexts": 3, "n_arms": 4}, group_mode="single", batch_size=6)
+    assert fused_collector(several) is None  # contexts drawn from the env's streams: the generic path
+    mlp = make_agent("pg", "MlpPolicy", "TPO/MNISTBandit-v0", group_mode="single", batch_size=4)
+    assert fused_collector(mlp) is None
+    assert np.isfinite(several.learn(n_iterations=2).policy.logits.detach().numpy()).all()

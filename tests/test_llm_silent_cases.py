@@ -230,3 +230,8 @@ def test_one_bos_in_trl_prompts(tiny_llm_dir):
                                eval_size=1)
     ids = tokenizer(dataset[0]["prompt"])["input_ids"]  # as TRL tokenizes a string prompt
     assert ids.count(bos) == 1
+
+
+def test_lora_dropout_is_refused(tiny_llm_dir):
+    with pytest.raises(ValueError, match=r"lora_dropout=0.05: must be 0 \(pi_old"):
+        make_policy(tiny_llm_dir, lora_rank=4, lora_dropout=0.05)

@@ -207,3 +207,52 @@ def test_trl_scores_at_the_sampling_temperature_like_our_loop(tiny_llm_dir, tmp_
         ours = ours.gather(-1, inputs["completion_ids"][..., None]).squeeze(-1)
     mask = inputs["completion_mask"].bool()
     torch.testing.assert_close(theirs[mask], ours[mask], atol=1e-5, rtol=0)
+
+
+def test_stop_cuts_completions_before_they_are_scored_and_trained(tiny_llm_dir, tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agents.integrations import trl as tpo_trl
+    from tests.test_trl_integration import make_config
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    tokenizer.padding_side = "left"
+    seen: list[str] = []
+
+    def reward(completions, **_):
+        seen.extend(completions)
+        return [float(len(text)) for text in completions]
+
+    def generate(stop):
+        seen.clear()
+        trainer = tpo_trl.TargetPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(tiny_llm_dir), reward_funcs=reward,
+            train_dataset=Dataset.from_dict({"prompt": ["q: x", "q: y"]}),
+            args=make_config(tmp_path, stop=stop, max_completion_length=24, num_generations=4),
+            processing_class=tokenizer,
+        )  # fmt: skip
+        trainer.model.train()
+        return trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+
+    generate(None)  # the same seed without a stop: pick a stop string inside the longest completion
+    longest = max(seen, key=len)
+    stop = longest[2:4]
+    out = generate(stop)
+    ids = [row[mask.bool()].tolist() for row, mask in zip(out["completion_ids"], out["completion_mask"],
+                                                         strict=True)]  # fmt: skip
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    assert longest[:4] in seen  # that completion now ends with the stop
+    for text, scored in zip(texts, seen, strict=True):
+        assert text == scored  # the reward saw exactly the trained tokens
+        assert scored.find(stop) in (-1, len(scored) - len(stop))  # no stop, or only at the very end
+
+
+def test_stop_with_mask_truncated_completions_is_refused(tmp_path):
+    from agents.integrations import trl as tpo_trl
+    from tests.test_trl_integration import make_config
+
+    with pytest.raises(ValueError, match="stop='</answer>' with mask_truncated_completions=True"):
+        tpo_trl.check_config(make_config(tmp_path, stop="</answer>", mask_truncated_completions=True))
+    with pytest.raises(ValueError, match="stop=''"):
+        make_config(tmp_path, stop="")

@@ -51,6 +51,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
 
 from agents import checks, losses
+from agents.policies.generation import completion_lengths, pad_rows
 from agents.policies.llm import format_prompt
 from tpo_gym.envs.text import ReasoningGymTask, TextEnv
 
@@ -79,14 +80,22 @@ class TargetPOConfig(GRPOConfig):
     :param logscore: a completion's log-score L: ``"sum"`` of its token log-probs (its log-probability) or
         their ``"mean"`` (the default: summed log-probs of sampled completions differ by tens of nats, which
         makes the group softmax one-hot and the target equal to p_old).
+    :param stop: a stop string (e.g. ``"</answer>"``): each completion is cut after the token that completes
+        it, in the completion only (both backends), before it is scored, masked and trained, so tokens
+        after the answer do not enter the log-score (TRL's transformers backend has no stop strings).
     """
 
     eta: float = field(default=1.0, metadata={"help": "temperature eta of the TPO target (> 0)"})
     logscore: str = field(default="mean", metadata={"help": "completion log-score: 'sum' or 'mean'"})
+    stop: str | None = field(
+        default=None, metadata={"help": "stop string: a completion ends with the token that completes it"}
+    )
 
     def __post_init__(self) -> None:
         checks.check_positive("eta", self.eta)
         checks.check_choice("logscore", self.logscore, LOGSCORES)
+        if self.stop is not None and (not isinstance(self.stop, str) or not self.stop):
+            raise ValueError(f"stop={self.stop!r}: must be a non-empty string or None")
         super().__post_init__()
 
 
@@ -115,6 +124,9 @@ def check_config(args: GRPOConfig) -> None:
         "use_adaptive_entropy": (args.use_adaptive_entropy, False),
         "multi_objective_aggregation": (args.multi_objective_aggregation, "sum_then_normalize"),
     }
+    if args.stop is not None and args.mask_truncated_completions:
+        raise ValueError(f"stop={args.stop!r} with mask_truncated_completions=True: a completion cut at its "
+                         f"stop has no EOS, which TRL counts as truncated; set one of them")
     for name, (value, allowed) in refused.items():
         if value != allowed:
             raise ValueError(f"{name}={value!r} is not supported by TargetPOTrainer (allowed: {allowed!r})")
@@ -212,6 +224,27 @@ class TargetPOTrainer(GRPOTrainer):
 
     def _group_size(self) -> int:
         return self.num_generations if self.model.training else self.num_generations_eval
+
+    def _generate_single_turn(
+        self, prompt_ids: Any, images: Any, multimodal_fields: Any, num_generations: int,
+        has_tool_images: bool = False,
+    ) -> tuple[list[list[int]], Any]:
+        """TRL's generation, each completion then cut after the token that completes ``args.stop`` (matched
+        inside the completion only, as :func:`agents.policies.generation.completion_lengths` does)."""
+        completion_ids, logprobs = super()._generate_single_turn(
+            prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+        )
+        if self.args.stop is None or not completion_ids:
+            return completion_ids, logprobs
+        rows = [list(ids) for ids in completion_ids]
+        padded, _ = pad_rows(rows, self.processing_class.pad_token_id or 0, torch.device("cpu"))
+        eos = [self.processing_class.eos_token_id]  # TRL's rows already end at their first EOS
+        lengths = completion_lengths(padded, eos, self.args.stop, self.processing_class).tolist()
+        ends = [min(int(end), len(row)) for end, row in zip(lengths, rows, strict=True)]
+        cut = [row[:end] for row, end in zip(rows, ends, strict=True)]
+        if logprobs is not None:
+            logprobs = [list(lp)[:end] for lp, end in zip(logprobs, ends, strict=True)]
+        return cut, logprobs
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids: Any) -> Any:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids)

@@ -124,8 +124,8 @@ class HFGenerator:
     ``do_sample = not greedy``, ``temperature``, ``top_p`` and ``top_k = 0`` (so that sampling at
     temperature 1, top-p 1 draws from the model's own distribution; transformers' default top-k is 50),
     ``max_new_tokens``, and :class:`CompletionStop` for ``stop`` (matched inside the completion only).
-    Sampling uses torch's global RNG. The model is put in eval mode for the call and restored after. The generator reads the live model, so there is nothing
-    to synchronise after an update.
+    Sampling uses torch's global RNG. The model is put in eval mode for the call and restored after. The
+    generator reads the live model, so there is nothing to synchronise after an update.
     """
 
     def __init__(

@@ -154,7 +154,8 @@ class LLMPolicy(BasePolicy):
     :param micro_batch_size: most rows per teacher-forced forward
     :param lora_rank: LoRA rank; 0 trains every weight
     :param lora_alpha: LoRA alpha (default ``2 * lora_rank``)
-    :param lora_dropout: LoRA dropout
+    :param lora_dropout: LoRA dropout; must be 0 (the rollout log-probs pi_old come from the first epoch's
+        training forward, see the text mode)
     :param lora_target_modules: peft ``target_modules`` (``"all-linear"``: every linear layer but the head)
     :param gradient_checkpointing: recompute activations in the backward pass (non-reentrant)
     :param dtype: ``"auto"`` (bfloat16 on CUDA, float32 on CPU), ``"float32"``, ``"bfloat16"``, ...
@@ -189,6 +190,11 @@ class LLMPolicy(BasePolicy):
     ) -> None:
         if logscore not in ("sum", "mean"):
             raise ValueError(f"logscore={logscore!r}: use 'sum' or 'mean'")
+        if lora_dropout != 0:
+            raise ValueError(
+                f"lora_dropout={lora_dropout!r}: must be 0 (pi_old is taken from the first epoch's training "
+                "forward, which dropout would turn into a random draw of the policy)"
+            )
         if backend not in ("hf", "vllm"):
             raise ValueError(f"backend={backend!r}: use 'hf' or 'vllm'")
         if backend == "vllm" and not (torch.cuda.is_available() and importlib.util.find_spec("vllm")):

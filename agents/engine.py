@@ -15,6 +15,14 @@ sub-envs per member and samples each row's action from that row's copy of the on
 (inverse CDF, the member's generator: the same uniforms, so the same actions) and reads the rewards
 from the arms' rewards, scored by the env once.
 
+On images (the MLP on MNIST, single and population modes) the generic path resets the env, which
+copies the drawn images out of the data set, and steps it (the one-step episodes autoreset, which copies
+a second, unused set), then forwards the batch twice (collection, then the first epoch).
+:class:`ImageCollector` draws the contexts from the env's own member streams as those resets do
+(``draw_contexts``: the same image indices), gathers the images from the data set as one tensor, and
+forwards them once with gradient: ``L_old`` is that forward detached, and the first epoch takes the
+forward itself (``first_log_probs``).
+
 The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's own loss from
 ``agents.losses`` on the mode's views); with a fused collector the learn loop computes the ``train/``
 diagnostics (the loss's stats, the gradient norm, the KL to pi_old) only for updates whose logs are
@@ -25,6 +33,7 @@ generic path, which stays the reference: ``tests/test_engine.py`` holds the two 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -36,8 +45,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from agents.modes.population import PopulationMode
 from agents.modes.single import SingleMode
 from agents.policies.base import multinomial_rows
+from agents.policies.mlp import MlpSoftmaxPolicy
 from agents.policies.tabular import TabularSoftmaxPolicy
 from agents.rollout import Episodes, Population, collect_population
+from tpo_gym.envs.mnist import MNISTBanditVectorEnv
 
 Collector = Callable[[BaseCallback], Any]
 """``collector(callback)``: one batch, or None when a callback stopped training (as ``collect``)."""
@@ -57,9 +68,13 @@ def wants_train_diagnostics(callback: BaseCallback | None) -> bool:
 def fused_collector(model: Any) -> Collector | None:
     """The fused collector of ``model`` (a ``GroupAlgorithm`` with its env), or None for the generic path
     (also where ``model.use_engine`` is False)."""
-    table = isinstance(model.policy, TabularSoftmaxPolicy) and isinstance(model.observation_space,
-                                                                          spaces.Discrete)
-    if not (model.use_engine and table) or model.kl_coef:
+    if not model.use_engine or model.kl_coef:
+        return None
+    images = isinstance(model.vector_env.unwrapped, MNISTBanditVectorEnv)
+    if isinstance(model.policy, MlpSoftmaxPolicy) and images:
+        return ImageCollector(model) if isinstance(model.mode, SingleMode | PopulationMode) else None
+    if not (isinstance(model.policy, TabularSoftmaxPolicy) and isinstance(model.observation_space,
+                                                                         spaces.Discrete)):
         return None
     if isinstance(model.mode, PopulationMode):
         return TablePopulationCollector(model)
@@ -145,6 +160,67 @@ class TableSingleCollector:
             n_contexts=n,
             group_size=1,
         )
+        model.record_batch(batch)
+        callback.on_rollout_end()
+        return batch
+
+
+class ImageCollector:
+    """Batches of the MLP on MNIST in single mode (B images per member, one sampled guess each) or
+    population mode (B images, every guess scored): the images of the env's own context draws,
+    gathered from the data set, forwarded once; the batch equals the generic path's."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        env = model.vector_env.unwrapped
+        images, labels = env.dataset()
+        with warnings.catch_warnings():  # the data set is read-only; it is only ever indexed
+            warnings.simplefilter("ignore", UserWarning)
+            self.images = th.from_numpy(images).to(model.device)
+            self.labels = th.from_numpy(labels).to(model.device)
+        self.single = isinstance(model.mode, SingleMode)
+        self._started = False
+
+    def _contexts(self) -> th.Tensor:
+        """The image indices the generic path's reset would draw: the first batch resets the env (its
+        streams start there), later batches draw from the streams without copying images; in single
+        mode the autoreset of the one-step episodes draws a second set, which is drawn too (unused)."""
+        env = self.model.vector_env
+        if self._started:
+            contexts = env.unwrapped.draw_contexts()
+        else:
+            env.reset(options={"group_size": 1} if self.single else None)
+            contexts, self._started = np.array(env.unwrapped.contexts), True
+        if self.single:
+            env.unwrapped.draw_contexts()
+        return th.as_tensor(contexts, device=self.model.device)
+
+    def __call__(self, callback: BaseCallback) -> Episodes | Population | None:
+        model = self.model
+        policy = model.policy
+        policy.set_training_mode(False)
+        callback.on_rollout_start()
+        contexts = self._contexts()
+        images, labels = self.images[contexts], self.labels[contexts]
+        log_probs = policy.action_log_probs(images)  # with gradient: the first epoch's forward
+        old_log_probs = log_probs.detach()
+        n = len(contexts)
+        if self.single:
+            actions = multinomial_rows(old_log_probs, 1, policy.member_generators)  # [N, 1]
+            rewards = (actions == labels.unsqueeze(1)).float()
+        model.num_timesteps += n // model.n_seeds
+        callback.update_locals({"self": model})
+        if not callback.on_step():
+            return None
+        if self.single:
+            batch: Episodes | Population = Episodes(
+                obs=images.unsqueeze(1), actions=actions, old_log_probs=old_log_probs.unsqueeze(1),
+                token_rewards=rewards, returns=rewards[:, 0].clone(), contexts=contexts, n_contexts=n,
+                group_size=1, first_log_probs=log_probs.unsqueeze(1),
+            )  # fmt: skip
+        else:
+            scores = (th.arange(log_probs.shape[-1], device=model.device) == labels.unsqueeze(1)).float()
+            batch = Population(images, scores, old_log_probs, first_log_probs=log_probs)
         model.record_batch(batch)
         callback.on_rollout_end()
         return batch

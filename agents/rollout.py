@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch as th
@@ -47,6 +48,9 @@ class Episodes:
     group_size: int
     prompts: th.Tensor | None = None  # [N, H] for the token tasks (teacher-forced re-scoring)
     distinct: tuple[th.Tensor, th.Tensor] | None = field(default=None, repr=False)  # see distinct_sequences
+    #: log pi_theta [N, T, A] with gradient, computed at collection by a fused collector (one forward per
+    #: update): the first epoch's log-probabilities, taken once (``take_first_log_probs``).
+    first_log_probs: th.Tensor | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -71,6 +75,17 @@ class Population:
     obs: th.Tensor  # [N, *obs_shape]
     rewards: th.Tensor  # [N, A]
     old_log_probs: th.Tensor  # [N, A]
+    #: log pi_theta [N, A] with gradient from a fused collector (see ``Episodes.first_log_probs``).
+    first_log_probs: th.Tensor | None = field(default=None, repr=False)
+
+
+def take_first_log_probs(batch: Any) -> th.Tensor | None:
+    """The log-probabilities with gradient that a fused collector computed for the batch's first
+    epoch (``first_log_probs``), handed out once: later epochs, after an optimizer step, compute their own."""
+    log_probs = getattr(batch, "first_log_probs", None)
+    if log_probs is not None:
+        batch.first_log_probs = None
+    return log_probs
 
 
 def sample_actions(log_probs: th.Tensor, n: int, generators: list[th.Generator] | None = None) -> th.Tensor:

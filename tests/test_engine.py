@@ -158,6 +158,34 @@ def test_the_engine_leaves_other_policies_and_contexts_to_the_generic_path() -> 
     several = make_agent("tpo", "TabularPolicy", "TPO/MultiContextBandit-v0",
                          env_kwargs={"n_contexts": 3, "n_arms": 4}, group_mode="single", batch_size=6)
     assert fused_collector(several) is None  # contexts drawn from the env's streams: the generic path
-    mlp = make_agent("pg", "MlpPolicy", "TPO/MNISTBandit-v0", group_mode="single", batch_size=4)
-    assert fused_collector(mlp) is None
     assert np.isfinite(several.learn(n_iterations=2).policy.logits.detach().numpy()).all()
+
+
+MNIST_RUNS = {
+    "tpo": {"baseline": "expected"}, "grpo": {"n_epochs": 2}, "dg": {"baseline": "expected"},
+    "pg": {"baseline": "expected"}, "group_pg": {"baseline": "expected"}, "ppo": {"n_epochs": 2},
+    "ce": {"group_mode": "population"}, "tpo_interactions": {"match": "interactions", "group_size": 3},
+}
+
+
+@pytest.mark.parametrize("n_seeds", [1, 2])
+@pytest.mark.parametrize("name", sorted(MNIST_RUNS))
+def test_fused_mnist_updates_equal_the_generic_path(name: str, n_seeds: int) -> None:
+    algo = name.split("_")[0] if name.endswith("interactions") else name
+    settings = {"group_mode": "single", "n_epochs": 1, **MNIST_RUNS[name]}
+    runs = []
+    for engine in (True, False):
+        th.manual_seed(0)
+        model = make_agent(algo, "MlpPolicy", "TPO/MNISTBandit-v0", batch_size=8, learning_rate=1e-3,
+                           seed=7, n_seeds=n_seeds, **settings)  # fmt: skip
+        model.use_engine = engine
+        assert (fused_collector(model) is not None) is engine
+        writer = Rows()
+        model.set_logger(Logger(folder=None, output_formats=[writer]))
+        model.learn(n_iterations=3, log_interval=1)
+        members = {key: values.tolist() for key, values in model.member_rollout.items()}
+        params = th.cat([p.detach().flatten() for p in model.policy.parameters()])
+        runs.append((params, writer.rows, members, model.num_timesteps))
+    (fused, *fused_logs), (generic, *generic_logs) = runs
+    assert th.equal(fused, generic)
+    assert fused_logs == generic_logs

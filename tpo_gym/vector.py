@@ -311,13 +311,18 @@ class GroupedVectorEnv(VectorEnv):
         obs, info = self._begin(options.get("contexts"))
         return obs, _with_masks(info, self.num_envs)
 
+    def draw_contexts(self) -> np.ndarray:
+        """The contexts of the next groups, member-major, drawn from each member's stream as a reset (or
+        an autoreset) draws them: ``num_envs / group_size / n_members`` per member. Starts nothing."""
+        per_member = self.num_envs // self.group_size // self.n_members
+        rngs = self._member_rngs if self.n_members > 1 else [self.np_random]
+        drawn = [self.task.sample_contexts(rng, per_member) for rng in rngs]
+        return drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
+
     def _begin(self, contexts: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         n_groups = self.num_envs // self.group_size
         if contexts is None:
-            per_member = n_groups // self.n_members
-            rngs = self._member_rngs if self.n_members > 1 else [self.np_random]
-            drawn = [self.task.sample_contexts(rng, per_member) for rng in rngs]
-            contexts = drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
+            contexts = self.draw_contexts()
         contexts = self.task.check_contexts(contexts)
         if len(contexts) != n_groups:
             raise ValueError(f"expected {n_groups} contexts (num_envs={self.num_envs} / "

@@ -10,7 +10,7 @@ from gymnasium.vector import VectorEnv
 
 from agents.modes.base import CollectionMode
 from agents.policies.protocols import ActionPolicy
-from agents.rollout import Episodes, TokenGroups, episode_log_probs
+from agents.rollout import Episodes, TokenGroups, episode_log_probs, take_first_log_probs
 
 
 class EpisodeMode(CollectionMode):
@@ -20,7 +20,8 @@ class EpisodeMode(CollectionMode):
         return self.n_envs * int(env.unwrapped.task.horizon)
 
     def log_probs(self, policy: ActionPolicy, batch: Episodes | TokenGroups) -> th.Tensor:
-        return episode_log_probs(policy, batch)
+        first = take_first_log_probs(batch)
+        return episode_log_probs(policy, batch) if first is None else first
 
     def rollout_metrics(self, batch: Episodes | TokenGroups) -> dict[str, th.Tensor]:
         """Task error = 1 - mean per-token reward of the behaviour episodes (paper Sec. 3.4), and

@@ -201,7 +201,7 @@ class ImageCollector:
         policy.set_training_mode(False)
         callback.on_rollout_start()
         contexts = self._contexts()
-        images, labels = self.images[contexts], self.labels[contexts]
+        images, labels = self.images.index_select(0, contexts), self.labels.index_select(0, contexts)
         log_probs = policy.action_log_probs(images)  # with gradient: the first epoch's forward
         old_log_probs = log_probs.detach()
         n = len(contexts)

@@ -162,6 +162,8 @@ class LLMPolicy(BasePolicy):
     :param weight_decay: AdamW weight decay
     :param backend: ``"hf"`` (transformers ``generate``) or ``"vllm"`` (colocated engine, CUDA only)
     :param vllm_gpu_memory_utilization: fraction of GPU memory the vLLM engine may take
+    :param checkpoint: a folder written by :meth:`save_pretrained` whose weights replace ``model``'s (the
+        whole model, or the LoRA adapter put on ``model``); ``model`` stays the source of the reference
     """
 
     def __init__(
@@ -187,6 +189,7 @@ class LLMPolicy(BasePolicy):
         weight_decay: float = 0.0,
         backend: str = "hf",
         vllm_gpu_memory_utilization: float = 0.3,
+        checkpoint: str | None = None,
     ) -> None:
         if logscore not in ("sum", "mean"):
             raise ValueError(f"logscore={logscore!r}: use 'sum' or 'mean'")
@@ -224,10 +227,14 @@ class LLMPolicy(BasePolicy):
         self.weight_decay = weight_decay
         self.backend = backend
         self.vllm_gpu_memory_utilization = vllm_gpu_memory_utilization
+        self.checkpoint = checkpoint
+        if checkpoint is not None and not os.path.isdir(checkpoint):
+            raise ValueError(f"checkpoint={checkpoint!r}: no such folder (of LLMPolicy.save_pretrained)")
 
         from transformers import GenerationConfig
 
-        lm, self.tokenizer = load_causal_lm(model, resolve_dtype(dtype))
+        full_checkpoint = checkpoint is not None and lora_rank == 0
+        lm, self.tokenizer = load_causal_lm(checkpoint if full_checkpoint else model, resolve_dtype(dtype))
         self.eos_ids = _eos_ids(lm, self.tokenizer)
         # Sampling is defined by this policy's arguments alone, not by the checkpoint's generation defaults.
         lm.generation_config = GenerationConfig(
@@ -239,7 +246,8 @@ class LLMPolicy(BasePolicy):
             enable = getattr(lm, "activation_checkpointing_enable", None) or lm.gradient_checkpointing_enable
             enable({"use_reentrant": False})
         if backend == "vllm":  # the engine loads the base weights from a directory
-            engine_path = model if os.path.isdir(model) else self._save_copy(lm)
+            source = checkpoint if full_checkpoint else model
+            engine_path = source if os.path.isdir(source) else self._save_copy(lm)
         if lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
@@ -251,6 +259,8 @@ class LLMPolicy(BasePolicy):
                 task_type="CAUSAL_LM",
             )
             lm = get_peft_model(lm, config)
+            if checkpoint is not None:
+                _load_adapter(lm, checkpoint)
         self.model = lm
         self.generator: HFGenerator | VLLMGenerator
         if backend == "vllm":
@@ -414,8 +424,21 @@ class LLMPolicy(BasePolicy):
             texts = np.array(self._predict(prompts, deterministic), dtype=object)
         return (texts.reshape(()) if single else texts), None
 
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """``nn.Module.state_dict``; empty while :func:`agents.policies.llm_checkpoint.save_llm` writes the
+        SB3 zip (the weights are then in the ``save_pretrained`` folder beside it)."""
+        if getattr(self, "_weights_elsewhere", False):
+            return {}
+        return super().state_dict(*args, **kwargs)
+
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
-        """``nn.Module.load_state_dict``, then :meth:`sync_generator` (so vLLM samples the loaded weights)."""
+        """``nn.Module.load_state_dict``, then :meth:`sync_generator` (so vLLM samples the loaded weights).
+
+        An empty ``state_dict`` for a policy built from a ``checkpoint`` folder keeps the folder's weights:
+        that is how an SB3 zip written by :func:`agents.policies.llm_checkpoint.save_llm` loads."""
+        if not state_dict and self.checkpoint is not None:
+            self.sync_generator()
+            return None
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)
         self.sync_generator()
         return result
@@ -443,4 +466,37 @@ class LLMPolicy(BasePolicy):
             "weight_decay": self.weight_decay,
             "backend": self.backend,
             "vllm_gpu_memory_utilization": self.vllm_gpu_memory_utilization,
+            "checkpoint": self.checkpoint,
         }
+
+    def save_pretrained(self, directory: str | os.PathLike[str]) -> str:
+        """Write the weights as a Hugging Face folder: the whole model and its tokenizer (loadable by
+        ``AutoModelForCausalLM.from_pretrained(directory)``), or with LoRA the adapter (peft's
+        ``adapter_config.json`` + ``adapter_model.safetensors``, its base ``model`` recorded) and the
+        tokenizer. Returns the folder."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        if self.lora_rank > 0:
+            base = self.model_name
+            if os.path.isdir(base):
+                base = os.path.abspath(base)
+            for config in self.model.peft_config.values():
+                config.base_model_name_or_path = base
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        return directory
+
+
+def _load_adapter(model: nn.Module, directory: str) -> None:
+    """Load the LoRA weights of a :meth:`LLMPolicy.save_pretrained` folder into the peft ``model``."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    path = os.path.join(directory, "adapter_model.safetensors")
+    if not os.path.isfile(path):
+        raise ValueError(f"checkpoint={directory!r} holds no adapter_model.safetensors: it is not a LoRA "
+                         f"checkpoint of LLMPolicy.save_pretrained (lora_rank > 0)")
+    result = set_peft_model_state_dict(model, load_file(path))
+    if result.unexpected_keys:
+        raise ValueError(f"checkpoint={directory!r}: adapter weights {result.unexpected_keys[:3]} do not fit "
+                         f"this LoRA configuration (lora_rank, lora_target_modules)")

@@ -26,10 +26,17 @@ def atomic_save(model: BaseAlgorithm, path: str) -> str:
     """Save ``model`` to ``path`` (``.zip`` added if missing) with :func:`agents.files.atomic_write`.
 
     An interruption while writing leaves the previous file at ``path`` intact; the zip gets the mode
-    of the run's other files.
+    of the run's other files. A language-model policy is saved by
+    :func:`agents.policies.llm_checkpoint.save_llm`: ``<name>.hf/`` (``save_pretrained``) beside the zip.
     """
     path = path if path.endswith(".zip") else path + ".zip"
-    atomic_write(path, model.save)
+    from agents.policies.llm_checkpoint import checkpoint_folder, is_llm_algorithm, save_llm
+
+    if is_llm_algorithm(model):  # the weights as a save_pretrained folder beside a small zip
+        folder = checkpoint_folder(path)
+        atomic_write(path, lambda file: save_llm(model, file, folder=folder))
+    else:
+        atomic_write(path, model.save)
     return path
 
 

@@ -11,7 +11,9 @@ Importing the package registers these ids (namespace ``TPO``), each with a singl
   when such an env is built): ``TPO/ReasoningGym-v0`` (kwarg ``dataset`` required),
   ``TPO/GraphColor-v0``, ``TPO/KnightsKnaves-v0``, ``TPO/GSMSymbolic-v0``; kwargs ``split``,
   ``size``, ``eval_size``, ``seed``, ``reward``, ``max_prompt_chars``, ``max_completion_chars``,
-  and the dataset's own config keys. Their ids are in ``TEXT_ENV_IDS``, not ``ENV_IDS``
+  and the dataset's own config keys; ``TPO/GSM8K-v0`` (GSM8K read from ``data_file=`` or the Hugging
+  Face cache, never downloaded; scored by the exact final number). Their ids are in ``TEXT_ENV_IDS``,
+  not ``ENV_IDS``
   (whose envs have numpy observations and discrete actions).
 
 No ``max_episode_steps`` is registered: every episode has a fixed length and the env terminates
@@ -50,9 +52,11 @@ for _name, _logic in _TOKEN_TASKS.items():
 _register("TPO/ReasoningGym-v0", _TEXT, "Text")
 for _name, _dataset in _TEXT_PRESETS.items():
     _register(f"TPO/{_name}-v0", _TEXT, "Text", {"dataset": _dataset})
+_register("TPO/GSM8K-v0", _TEXT, "Text", {"dataset": "gsm8k", "size": None, "eval_size": None})
 
 ENV_IDS: tuple[str, ...] = ("TPO/KArmedBandit-v0", "TPO/MultiContextBandit-v0", "TPO/MNISTBandit-v0",
                             *(f"TPO/{name}-v0" for name in _TOKEN_TASKS))
-TEXT_ENV_IDS: tuple[str, ...] = ("TPO/ReasoningGym-v0", *(f"TPO/{name}-v0" for name in _TEXT_PRESETS))
+TEXT_ENV_IDS: tuple[str, ...] = ("TPO/ReasoningGym-v0", *(f"TPO/{name}-v0" for name in _TEXT_PRESETS),
+                                 "TPO/GSM8K-v0")
 
 __all__ = ["ENV_IDS", "TEXT_ENV_IDS", "__version__"]

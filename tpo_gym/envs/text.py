@@ -20,6 +20,10 @@ built (the charset needs every prompt), which is quick for most datasets and a f
 slow generators (``knights_knaves`` ~1.5 ms an item).
 
 reasoning-gym is imported lazily, when an env is built, so ``import tpo_gym`` does not need it.
+
+``dataset="gsm8k"`` (``TPO/GSM8K-v0``) reads GSM8K from ``data_file=`` or the Hugging Face cache instead
+(:mod:`tpo_gym.envs.gsm8k`: ``size``/``eval_size`` cap the splits, None = all; the score is the exact
+match of the answer's final number).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
+from tpo_gym.envs.gsm8k import GSM8K, GSM8KDataset, load_items
 from tpo_gym.vector import (
     GroupedVectorEnv,
     _check_options,
@@ -155,12 +160,18 @@ class ReasoningGymTask:
                  max_completion_chars: int = 4096, **dataset_kwargs: Any) -> None:
         self.split = check_choice("split", split, SPLITS)
         self.reward = check_choice("reward", reward, REWARDS)
-        size = check_int("size", size, 1)
-        eval_size = check_int("eval_size", eval_size, 1 if split == "eval" else 0)
         seed = check_int("seed", seed, 0)
         max_prompt_chars = check_int("max_prompt_chars", max_prompt_chars, 1)
         max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)
-        self.dataset = _create_dataset(dataset, size + eval_size, seed, dataset_kwargs)
+        if dataset == GSM8K:  # read from a file or the HF cache, not generated (tpo_gym.envs.gsm8k)
+            self.dataset = GSM8KDataset(*load_items(size, eval_size, **dataset_kwargs))
+            size, eval_size = self.dataset.n_train, self.dataset.n_eval
+            if (size if split == "train" else eval_size) == 0:
+                raise ValueError(f"the GSM8K {split} split has no items (size={size}, eval_size={eval_size})")
+        else:
+            size = check_int("size", size, 1)
+            eval_size = check_int("eval_size", eval_size, 1 if split == "eval" else 0)
+            self.dataset = _create_dataset(dataset, size + eval_size, seed, dataset_kwargs)
         self.name: str = dataset  # type: ignore[assignment]
         self.offset = 0 if split == "train" else size
         self.num_items = size if split == "train" else eval_size

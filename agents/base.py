@@ -85,18 +85,20 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         """
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
-
-        def on_step(n_interactions: int) -> bool:
-            self.num_timesteps += n_interactions // self.n_seeds  # each member's own interactions
-            callback.update_locals({"self": self})
-            return callback.on_step()
-
-        batch = self.mode.collect(self.vector_env, self.policy, on_step)
+        batch = self.mode.collect(self.vector_env, self.policy,
+                                  lambda interactions: self.count_interactions(callback, interactions))
         if batch is None:
             return None
         self.record_batch(batch)
         callback.on_rollout_end()
         return batch
+
+    def count_interactions(self, callback: BaseCallback, n_interactions: int) -> bool:
+        """After an env step of ``n_interactions`` (all members'): count each member's own, let the
+        callbacks see the step; False when one of them stops training."""
+        self.num_timesteps += n_interactions // self.n_seeds
+        callback.update_locals({"self": self})
+        return callback.on_step()
 
     def record_batch(self, batch: Any) -> None:
         """Record a collected batch: its ``rollout/`` values (the members' means; per member in

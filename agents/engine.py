@@ -104,9 +104,7 @@ class TablePopulationCollector:
         else:
             with th.no_grad():
                 old_log_probs = policy.all_log_probs().reshape(-1, policy.n_actions)
-        model.num_timesteps += model.vector_env.num_envs // model.n_seeds
-        callback.update_locals({"self": model})
-        if not callback.on_step():
+        if not model.count_interactions(callback, model.vector_env.num_envs):
             return None
         batch = Population(self._scored.obs, self._scored.rewards, old_log_probs)
         model.record_batch(batch)
@@ -145,9 +143,7 @@ class TableSingleCollector:
             actions = multinomial_rows(table, per_member, policy.member_generators)  # [S, B]
         rewards = self._arm_rewards.gather(1, actions).reshape(-1, 1)
         n = n_members * per_member
-        model.num_timesteps += per_member
-        callback.update_locals({"self": model})
-        if not callback.on_step():
+        if not model.count_interactions(callback, n):
             return None
         old_log_probs = table.unsqueeze(1).expand(n_members, per_member, -1).reshape(n, 1, -1)
         batch = Episodes(
@@ -208,9 +204,7 @@ class ImageCollector:
         if self.single:
             actions = multinomial_rows(old_log_probs, 1, policy.member_generators)  # [N, 1]
             rewards = (actions == labels.unsqueeze(1)).float()
-        model.num_timesteps += n // model.n_seeds
-        callback.update_locals({"self": model})
-        if not callback.on_step():
+        if not model.count_interactions(callback, n):
             return None
         if self.single:
             batch: Episodes | Population = Episodes(

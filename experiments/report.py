@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.zoo.results import seed_mean_se
 from experiments.core import RESULTS, SMOKE_RESULTS, Experiment, load_seed
 from experiments.definitions import EXPERIMENTS, get_experiment
+from experiments.figures import COLORS, draw
 from experiments.metrics import (
     bootstrap_final,
     bootstrap_iqm,
@@ -276,76 +276,6 @@ def mechanism_table(mechanism: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------------------------- figures
-COLORS = {"tpo": "C3", "grpo": "C1", "dg": "C0", "ppo": "C2", "pg": "C2", "ce": "k", "group_pg": "C4",
-          "grpo_no_kl": "C5", "tpo_no_anchor": "C6", "tpo_1ep": "C9", "grpo_masked": "C8"}
-
-
-def _panel(ax: Any, runs: dict[str, Runs], algos: list[str], key: str, log: bool, title: str) -> None:
-    for algo in algos:
-        r = runs.get(algo)
-        if r is None or key not in r.arrays:
-            continue
-        mean, se = seed_mean_se(r.arrays[key])
-        x = r.x(key)
-        color = COLORS.get(algo)
-        ax.plot(x, mean, label=r.label, lw=1.3, color=color)
-        low = mean - se
-        if log:  # a band reaching zero cannot be drawn on a log axis: leave a gap there
-            low = np.where(low > 0, low, np.nan)
-        ax.fill_between(x, low, mean + se, color=color, alpha=0.2, lw=0)
-    if log:
-        ax.set_yscale("log", nonpositive="mask")
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("step" if key.startswith("eval/") else "update (episode / step)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3, which="both", lw=0.4)
-
-
-def draw(experiment: Experiment, runs: dict[str, dict[str, Runs]], path: Path,
-         mechanism: dict[str, dict[str, Any]] | None = None) -> None:
-    """The figure: one panel per (curve, variant), seed mean +- s.e.; MNIST adds Fig. 5b's bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = (experiment.metric, *experiment.panels)
-    logs = experiment.log_panels + (False,) * len(keys)
-    order = _ordered(experiment, runs)
-    variants = list(dict.fromkeys(v for v, _ in order))
-    algos = list(dict.fromkeys(a for _, a in order))
-    panels = [(k, log, v) for k, log in zip(keys, logs, strict=False) for v in variants]
-    n = len(panels) + (1 if mechanism else 0)
-    cols = min(4, n)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
-    flat = axes.ravel()
-    for ax, (key, log, variant) in zip(flat, panels, strict=False):
-        _panel(ax, runs[variant], algos, key, log, f"{variant}: {key.split('/', 1)[1]}")
-        if key == experiment.metric and experiment.threshold is not None:
-            ax.axhline(experiment.threshold, color="grey", ls="--", lw=0.7)
-    if mechanism:
-        ax = flat[len(panels)]
-        width = 0.8 / len(mechanism)
-        for i, (algo, m) in enumerate(mechanism.items()):
-            ax.bar(np.arange(4) + i * width, np.nan_to_num(m["surplus"]), width, label=algo,
-                   color=COLORS.get(algo))
-        ax.set_xticks(np.arange(4) + 0.4 - width / 2, ["<.25", ".25-.5", ".5-.75", ">=.75"], fontsize=7)
-        ax.set_title(f"surplus by concentration, label {next(iter(mechanism.values()))['label']:.0f}",
-                     fontsize=9)
-        ax.axhline(0, color="k", lw=0.5)
-        ax.legend(fontsize=6)
-    for ax in flat[n:]:
-        ax.axis("off")
-    flat[0].legend(fontsize=6)
-    fig.suptitle(f"{experiment.paper}: seed mean ± s.e.", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 # ------------------------------------------------------------------------------------------- main
 def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False) -> str:
     """Draw the figure, write the summary JSON and return the Markdown tables of ``name``."""
@@ -356,7 +286,7 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
     stem = Path(figures) / f"{name}{'_smoke' if smoke else ''}"
     rows = summarize(experiment, runs)
     mechanism = mnist_mechanism(runs, 80 if smoke else MNIST_CHECKPOINT) if name == "mnist" else None
-    draw(experiment, runs, stem.with_suffix(".png"), mechanism)
+    draw(experiment, runs, _ordered(experiment, runs), stem.with_suffix(".png"), mechanism)
     finals = {variant: {r.label: r.arrays[experiment.metric][:, -1] for r in cell.values()}
               for variant, cell in runs.items()}
     profile_path = stem.with_name(stem.name + "_profiles.png")

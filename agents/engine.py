@@ -86,7 +86,8 @@ def fused_collector(model: Any) -> Collector | None:
 class TablePopulationCollector:
     """Population-mode batches of a logit table: every context of every member, exact rewards scored by
     the env once (the first batch, :func:`agents.rollout.collect_population`), then
-    ``L_old[m, c] = log_softmax(z[m, c])`` from the table; the batch equals the generic path's."""
+    ``L_old[m, c] = log_softmax(z[m, c])`` from the table, computed once with gradient for the first
+    epoch; the batch equals the generic path's."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -97,16 +98,17 @@ class TablePopulationCollector:
         policy = model.policy
         policy.set_training_mode(False)
         callback.on_rollout_start()
+        log_probs = None
         if self._scored is None:
             self._scored = collect_population(model.vector_env, policy, exhaustive=True,
                                               n_members=model.n_seeds)
             old_log_probs = self._scored.old_log_probs
-        else:
-            with th.no_grad():
-                old_log_probs = policy.all_log_probs().reshape(-1, policy.n_actions)
+        else:  # with gradient: the first epoch's log-probabilities (every row once, in the batch's order)
+            log_probs = policy.all_log_probs().reshape(-1, policy.n_actions)
+            old_log_probs = log_probs.detach()
         if not model.count_interactions(callback, model.vector_env.num_envs):
             return None
-        batch = Population(self._scored.obs, self._scored.rewards, old_log_probs)
+        batch = Population(self._scored.obs, self._scored.rewards, old_log_probs, first_log_probs=log_probs)
         model.record_batch(batch)
         callback.on_rollout_end()
         return batch

@@ -304,7 +304,11 @@ def test_command_line_errors(tiny_llm_dir, tmp_path, flags, message):
         trl_train.build_trainer(text_args, config)
 
 
-@pytest.mark.parametrize("recipe", ["smollm2_letter_counting.yaml", "qwen3_1.7b_graph_color.yaml"])
+PAPER_RECIPES = [f"{model}_{task}.yaml" for model in ("qwen3_1.7b", "r1_distill_qwen_1.5b")
+                 for task in ("graph_color", "knights_knaves", "gsm8k")]
+
+
+@pytest.mark.parametrize("recipe", ["smollm2_letter_counting.yaml", *PAPER_RECIPES])
 def test_shipped_recipes_parse_and_keep_groups_whole(tmp_path, recipe):
     from trl import TrlParser
 
@@ -316,6 +320,12 @@ def test_shipped_recipes_parse_and_keep_groups_whole(tmp_path, recipe):
                                                       "--output_dir", str(tmp_path)])  # fmt: skip
     tpo_trl.check_config(config)
     assert config.per_device_train_batch_size % config.num_generations == 0
-    if recipe.startswith("qwen3"):  # the paper's setting
-        assert (config.num_generations, config.learning_rate, config.beta) == (16, 1e-5, 1e-3)
-        assert text_args.lora_rank == 32 and text_args.model == "Qwen/Qwen3-1.7B"
+    if recipe in PAPER_RECIPES:  # the paper's settings: LoRA rank 32 and KL 1e-3 on GSM8K only
+        assert (config.num_generations, config.learning_rate) == (16, 1e-5)
+        prompts = config.per_device_train_batch_size * config.gradient_accumulation_steps * 4 // 16
+        assert prompts == 16  # per update, on 4 GPUs
+        gsm8k = recipe.endswith("gsm8k.yaml")
+        assert (text_args.lora_rank, config.beta) == ((32, 1e-3) if gsm8k else (0, 0.0))
+        assert text_args.model in ("Qwen/Qwen3-1.7B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    else:
+        assert config.stop == "</answer>"  # no post-answer tokens in the log-score

@@ -288,8 +288,8 @@ def test_shipped_config_passes_the_validator():
     assert tv.config_errors(config) == []
     assert config["actor_rollout_ref"]["rollout"]["n"] == 16
     assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-5
-    assert config["actor_rollout_ref"]["model"]["lora_rank"] == 32
-    assert config["actor_rollout_ref"]["actor"]["kl_loss_coef"] == 0.001
+    assert "lora_rank" not in config["actor_rollout_ref"]["model"]  # graph colouring: all weights, no KL
+    assert config["actor_rollout_ref"]["actor"]["use_kl_loss"] is False
     assert config["data"]["train_batch_size"] == 16
 
 
@@ -638,3 +638,31 @@ def test_parquet_reads_back_with_datasets_as_verl_does(tmp_path):
     row = table["train"][3]
     assert row["prompt"][-1]["role"] == "user"
     assert solved(row) == 1.0
+
+
+PAPER_RECIPES = {  # file -> (model, data folder): the paper's LLM runs (Sec. 3.8, App. G)
+    "tpo_qwen3_1.7b.yaml": ("Qwen/Qwen3-1.7B", "graph_color"),
+    "tpo_qwen3_1.7b_knights_knaves.yaml": ("Qwen/Qwen3-1.7B", "knights_knaves"),
+    "tpo_qwen3_1.7b_gsm8k.yaml": ("Qwen/Qwen3-1.7B", "gsm8k"),
+    "tpo_r1_distill_qwen_1.5b.yaml": ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "graph_color"),
+    "tpo_r1_distill_qwen_1.5b_knights_knaves.yaml": ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+                                                     "knights_knaves"),
+    "tpo_r1_distill_qwen_1.5b_gsm8k.yaml": ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "gsm8k"),
+}
+
+
+@pytest.mark.parametrize("use_hydra", [False, pytest.param(True, marks=needs_verl)])
+@pytest.mark.parametrize("recipe", sorted(PAPER_RECIPES))
+def test_paper_recipes_state_the_paper_settings(recipe, use_hydra):
+    """K = 16, 16 prompts, AdamW 1e-5 on 4 GPUs everywhere; LoRA rank 32 and KL 1e-3 on GSM8K only."""
+    config = tv.load_config([str(CONFIG.parent / recipe)], use_hydra=use_hydra)
+    assert tv.config_errors(config) == []
+    model, task = PAPER_RECIPES[recipe]
+    ref, actor = config["actor_rollout_ref"], config["actor_rollout_ref"]["actor"]
+    assert ref["model"]["path"] == model
+    assert config["data"]["train_files"] == f"data/verl/{task}/train.parquet"
+    assert (ref["rollout"]["n"], config["data"]["train_batch_size"], actor["optim"]["lr"]) == (16, 16, 1e-5)
+    assert config["trainer"]["n_gpus_per_node"] == 4
+    gsm8k = task == "gsm8k"
+    assert (ref["model"].get("lora_rank", 0) == 32) == gsm8k
+    assert actor["use_kl_loss"] == gsm8k and (not gsm8k or actor["kl_loss_coef"] == 0.001)

@@ -4,6 +4,7 @@ run folder and TensorBoard output, resuming, interruption, errors, and every zoo
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -398,6 +399,10 @@ def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str, req
         model_dir = request.getfixturevalue("tiny_llm_dir")
         tiny.append(f"policy_kwargs:dict(model={model_dir!r}, max_new_tokens=4, micro_batch_size=4)")
         env_kwargs = ["size:4", "eval_size:2"]
+        if env == "TPO/GSM8K-v0":  # read from a file, not generated: a tiny one
+            rows = [{"question": f"{i} + 1?", "answer": f"#### {i + 1}"} for i in range(6)]
+            (tmp_path / "gsm8k.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+            env_kwargs.append(f"data_file:{tmp_path / 'gsm8k.jsonl'}")
     argv = ["-n", "1", "--hyperparams", *sources, *tiny] + (
         ["--env-kwargs", *env_kwargs] if env_kwargs else []
     )

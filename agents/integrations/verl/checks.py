@@ -127,20 +127,34 @@ def _compose_with_hydra(yaml_path: Path | None, overrides: list[str]) -> dict[st
         return OmegaConf.to_container(cfg, resolve=False)
 
 
+def _merge_file(config: dict[str, Any], yaml_path: Path, seen: tuple[Path, ...] = ()) -> None:
+    """Merge a config file into ``config``: first the entries of its ``defaults`` list that are files
+    beside it (as hydra composes ``defaults: [base, _self_]``; verl's own ``ppo_trainer`` is given by
+    :data:`VERL_DEFAULTS`), then the file itself without its ``defaults``/``hydra`` keys."""
+    import yaml
+
+    if yaml_path.resolve() in seen:
+        raise ValueError(f"{str(yaml_path)!r} includes itself through its defaults list")
+    loaded = yaml.safe_load(yaml_path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{str(yaml_path)!r} holds a {type(loaded).__name__}, not a mapping of config keys")
+    for entry in loaded.get("defaults") or []:
+        base = yaml_path.parent / f"{entry}.yaml" if isinstance(entry, str) else None
+        if base is not None and base.is_file():
+            _merge_file(config, base, (*seen, yaml_path.resolve()))
+    _merge(config, {k: v for k, v in loaded.items() if k not in ("defaults", "hydra")})
+
+
 def _compose_plain(yaml_path: Path | None, overrides: list[str]) -> dict[str, Any]:
-    """verl's defaults for the checked keys, the file (without its ``defaults``/``hydra`` keys) and
-    ``[+|++]key=value`` overrides (values parsed as YAML, as hydra does for plain values)."""
+    """verl's defaults for the checked keys, the file (and the files its ``defaults`` list names beside
+    it) and ``[+|++]key=value`` overrides (values parsed as YAML, as hydra does for plain values)."""
     import yaml
 
     config: dict[str, Any] = {}
     for dotted, value in VERL_DEFAULTS.items():
         _set(config, dotted, value)
     if yaml_path is not None:
-        loaded = yaml.safe_load(yaml_path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{str(yaml_path)!r} holds a {type(loaded).__name__}, not a mapping of config "
-                             f"keys")
-        _merge(config, {k: v for k, v in loaded.items() if k not in ("defaults", "hydra")})
+        _merge_file(config, yaml_path)
     for override in overrides:
         key, _, value = override.partition("=")
         key = key.lstrip("+")

@@ -227,17 +227,20 @@ def check_env(setup: RunSetup) -> None:
 
 
 def check_trained_agent(setup: RunSetup) -> None:
-    """``--trained-agent`` is an existing zip of the run's algorithm: the algorithm recorded in the run
-    folder beside it (``<Env>/args.yml``, as this zoo and rl_zoo3 write it) or, for a zip without one, the
-    grouped algorithm whose hyperparameters the zip holds."""
+    """``--trained-agent`` is an existing zip of the run's algorithm: the algorithm recorded in this
+    zoo's run folder beside it (``<Env>/args.yml`` next to ``<Env>/command.txt``; rl_zoo3's folders use
+    other names, e.g. ``ppo`` for ``sb3_ppo``, and are left to the algorithm's ``load``) or, for a zip
+    without one, the grouped algorithm whose hyperparameters the zip holds."""
     given = setup.args.trained_agent
     if not given:
         return
     path = model_zip_path(given)
     if not (path.endswith(".zip") and os.path.isfile(path)):
         raise hp.ConfigError(f"--trained-agent must be an existing .zip file, got {given!r}")
-    args_file = os.path.join(os.path.dirname(os.path.abspath(path)), setup.env_name, "args.yml")
-    trained = read_run_yaml(args_file).get("algo") if os.path.isfile(args_file) else None
+    params_path = os.path.join(os.path.dirname(os.path.abspath(path)), setup.env_name)
+    ours = os.path.isfile(os.path.join(params_path, "command.txt"))
+    args_file = os.path.join(params_path, "args.yml")
+    trained = read_run_yaml(args_file).get("algo") if ours and os.path.isfile(args_file) else None
     if trained is not None and str(trained).lower() != setup.algo:
         raise hp.ConfigError(f"--trained-agent {given} was trained with --algo {trained}, not {setup.algo}: "
                              f"pass --algo {trained}")

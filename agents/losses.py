@@ -582,25 +582,55 @@ def completion_tpo_loss(
     if old_token_log_probs.shape != token_log_probs.shape:
         raise ValueError(f"old token log-probs {tuple(old_token_log_probs.shape)} must be shaped like the "
                          f"token log-probs {tuple(token_log_probs.shape)}")
-    n = token_log_probs.shape[0]
-    if scores.shape != (n,):
-        raise ValueError(f"scores {tuple(scores.shape)} must be one per completion, ({n},)")
-    logscores = completion_logscores(token_log_probs, mask, group_size, logscore)
-    old = completion_logscores(old_token_log_probs.detach(), mask, group_size, logscore)
+    completion_logscores(token_log_probs, mask, group_size, logscore)  # the shape checks
     rows_valid = mask.bool().any(-1)
     if valid is not None:
-        if valid.shape != (n,):
-            raise ValueError(f"valid {tuple(valid.shape)} must be one flag per completion, ({n},)")
+        if valid.shape != rows_valid.shape:
+            raise ValueError(f"valid {tuple(valid.shape)} must be one flag per completion, "
+                             f"({rows_valid.shape[0]},)")
         rows_valid = rows_valid & valid.bool().to(rows_valid.device)
-    groups_valid = rows_valid.reshape(-1, group_size)
-    s = scores.detach().to(logscores.dtype).reshape(-1, group_size)
-    loss, target = masked_tpo_loss(logscores, old, s, groups_valid, eta, anchor)
-    stats = masked_group_diagnostics(logscores.detach(), old, target, groups_valid)
+    return grouped_tpo_loss(row_logscores(token_log_probs, mask, logscore),
+                            row_logscores(old_token_log_probs.detach(), mask, logscore),
+                            scores, rows_valid, group_size, eta, anchor)
+
+
+def row_logscores(token_log_probs: torch.Tensor, mask: torch.Tensor, logscore: str = "mean") -> torch.Tensor:
+    """Each completion's log-score ``[N]`` in float32 at least: ``sequence_logscores`` of the log-probs
+    promoted to ``promote_types(dtype, float32)`` (the step of :func:`completion_tpo_loss` before the
+    rows are grouped; a group spanning processes gathers these)."""
+    dtype = torch.promote_types(token_log_probs.dtype, torch.float32)
+    return sequence_logscores(token_log_probs.to(dtype), mask.to(dtype), logscore)
+
+
+def grouped_tpo_loss(
+    logscores: torch.Tensor,
+    old_logscores: torch.Tensor,
+    scores: torch.Tensor,
+    valid: torch.Tensor,
+    group_size: int,
+    eta: float = 1.0,
+    anchor: bool = True,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`completion_tpo_loss` from the rows' log-scores ``[N]`` (L_theta, L_old), scores and validity
+    flags ``[N]``: rows i*K .. i*K+K-1 are group i; :func:`masked_tpo_loss` and its diagnostics."""
+    n = logscores.shape[0]
+    for name, tensor in (("old log-scores", old_logscores), ("scores", scores), ("valid", valid)):
+        if tensor.shape != (n,):
+            raise ValueError(f"{name} {tuple(tensor.shape)} must be one per completion, ({n},)")
+    if n == 0 or n % group_size:
+        raise ValueError(f"{n} completions are not whole groups of K = {group_size} (rows i*K .. i*K+K-1 "
+                         f"are group i)")
+    groups = logscores.reshape(-1, group_size)
+    old = old_logscores.detach().to(groups.dtype).reshape(-1, group_size)
+    groups_valid = valid.bool().reshape(-1, group_size)
+    s = scores.detach().to(groups.dtype).reshape(-1, group_size)
+    loss, target = masked_tpo_loss(groups, old, s, groups_valid, eta, anchor)
+    stats = masked_group_diagnostics(groups.detach(), old, target, groups_valid)
     with torch.no_grad():
         usable = groups_valid.sum(-1) >= 2
         flat = masked_standardize(s, groups_valid).abs().amax(-1) == 0
         stats["zero_variance_frac"] = (flat & usable).float().sum() / usable.sum().clamp(min=1)
-        stats["dropped_rows"] = (~rows_valid).sum().to(logscores.dtype)
+        stats["dropped_rows"] = (~groups_valid).sum().to(groups.dtype)
     return loss, stats
 
 

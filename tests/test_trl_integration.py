@@ -267,6 +267,38 @@ def test_two_processes_give_the_one_process_update(tiny_llm_dir, tmp_path):
     assert np.isfinite(gap)
 
 
+def test_two_processes_holding_half_a_group_each_give_the_one_process_update(tiny_llm_dir, tmp_path):
+    """torchrun + gloo, 2 processes x 1 row of one group of K = 2 (the group's log-scores gathered with a
+    differentiable all-gather) == 1 process holding the whole group, and the step moved weights."""
+    from transformers import AutoModelForCausalLM
+
+    script = str(ROOT / "tests" / "trl_group_run.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    one, two = tmp_path / "one.pt", tmp_path / "two.pt"
+    trl_group_run.main(tiny_llm_dir, str(one), K)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_port", "29519"]  # fmt: skip
+    result = subprocess.run([*launcher, script, tiny_llm_dir, str(two), "1"], env=env, capture_output=True,
+                            text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = torch.load(one), torch.load(two)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_llm_dir).state_dict()
+    assert max((a[name] - initial[name]).abs().max().item() for name in a) > 1e-3
+    assert max((a[name] - b[name]).abs().max().item() for name in a) < 1e-6
+
+
+def test_a_group_may_span_processes_only_without_accumulation(tmp_path):
+    config = make_config(tmp_path, per_device_train_batch_size=2, num_generations=2)
+    config.per_device_train_batch_size = 1  # as on 2 processes (TRL checks the global batch itself)
+    tpo_trl.check_config(config)
+    config.steps_per_generation = 2
+    with pytest.raises(ValueError, match="or divide it with steps_per_generation=1"):
+        tpo_trl.check_config(config)
+    config.per_device_train_batch_size, config.steps_per_generation = 3, 1
+    with pytest.raises(ValueError, match="per_device_train_batch_size=3 must be a multiple"):
+        tpo_trl.check_config(config)
+
+
 def test_command_line_trains_a_lora_adapter_and_saves_it(tiny_llm_dir, tmp_path):
     from agents.integrations import trl_train
 

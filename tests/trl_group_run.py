@@ -2,8 +2,9 @@
 one-process vs two-process (accelerate, gloo) comparison in ``tests/test_trl_integration.py``.
 
 ``python tests/trl_group_run.py MODEL_DIR OUT_FILE PER_DEVICE_BATCH`` (under ``torchrun`` or
-``accelerate launch`` for several processes) trains 4 prompts x K = 2 completions for one SGD step and
-rank 0 saves the trained parameters to ``OUT_FILE``. Completions come from :func:`fixed_rollout`, a pure
+``accelerate launch`` for several processes) trains on prompts x K = 2 completions for one SGD step
+(``PER_DEVICE_BATCH`` = 1: each of 2 processes holds half of a group) and rank 0 saves the trained
+parameters to ``OUT_FILE``. Completions come from :func:`fixed_rollout`, a pure
 function of the prompt and of the completion's index in its group, so every process layout trains on
 the same data.
 """
@@ -20,12 +21,18 @@ N_PROMPTS = 4
 
 
 def fixed_rollout(prompts: list[str], trainer: Any) -> dict[str, list]:
-    """Completion j of a prompt is ``"ab" * (j + 1)`` + the prompt's last character; reward: its length."""
+    """Completion j of a prompt is ``"ab" * (j + 1)`` + the prompt's last character; reward: its length.
+
+    j is the completion's index in its group over every process: a group spanning processes (fewer
+    rows per process than K) starts its count at this process's share.
+    """
     tokenizer = trainer.processing_class
+    span = K // len(prompts) if len(prompts) < K else 1
+    first = (trainer.accelerator.process_index % span) * len(prompts)
     seen: dict[str, int] = {}
     prompt_ids, completion_ids = [], []
     for prompt in prompts:
-        j = seen[prompt] = seen.get(prompt, -1) + 1
+        j = seen[prompt] = seen.get(prompt, first - 1) + 1
         prompt_ids.append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
         completion_ids.append(tokenizer("ab" * (j + 1) + prompt[-1], add_special_tokens=False)["input_ids"])
     return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}

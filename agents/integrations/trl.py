@@ -14,14 +14,17 @@ that generated the completions (``old_per_token_logps`` when TRL computes them: 
 or generation not aligned with the optimizer step; otherwise theta = theta_old during the whole
 accumulation window and L_old = sg L_theta, exactly).
 
-**Whole groups.** The group softmax needs the K completions of a prompt in one micro-batch on one
-process. TRL's ``RepeatSampler`` places a prompt's K copies next to each other; the trainer requires
-``per_device_train_batch_size`` (and the eval batch size, when evaluating) to be a multiple of K, so that
-every process's generation batch and every micro-batch slice holds whole groups, and shuffles the
-generation batch by groups (GRPO shuffles rows). Each micro-batch checks that its groups share one
-prompt. With whole groups in every micro-batch, the update is the mean over all groups of the global
-batch: each micro-batch's loss is its groups' mean divided by the accumulation steps, and DDP averages
-the processes' gradients.
+**Whole groups.** The group softmax needs the K completions of a prompt together. TRL's
+``RepeatSampler`` places a prompt's K copies next to each other. With ``per_device_train_batch_size`` (and
+the eval batch size, when evaluating) a multiple of K, every process's generation batch and every
+micro-batch slice holds whole groups; the trainer shuffles the generation batch by groups (GRPO shuffles
+rows) and each micro-batch checks that its groups share one prompt. The update is then the mean over all
+groups of the global batch: each micro-batch's loss is its groups' mean divided by the accumulation steps,
+and DDP averages the processes' gradients. **A group may also span processes** (K = 16 on 8 GPUs with 2
+rows each): with a per-device batch that divides K and ``steps_per_generation=1``, the K / rows consecutive
+processes of a group each hold a part of it; every process gathers all rows' log-scores with a
+differentiable all-gather and takes the mean over every group, and the all-gather's backward sums each
+row's gradient over the processes, so DDP's average is the same update as one process holding the groups.
 
 **Rows, KL, inputs.** The loss is :func:`agents.losses.completion_tpo_loss`, the function verl's plugin
 and our text mode call: a row whose completion mask is empty (``mask_truncated_completions=True`` zeroes
@@ -105,16 +108,19 @@ def check_config(args: GRPOConfig) -> None:
         kind = type(args).__name__
         raise ValueError(f"args is a {kind}; TargetPOTrainer takes a TargetPOConfig (eta, logscore)")
     k = args.num_generations
-    if args.per_device_train_batch_size % k:
+    train = args.per_device_train_batch_size
+    if train % k and (k % train or args.steps_per_generation != 1):
         raise ValueError(
-            f"per_device_train_batch_size={args.per_device_train_batch_size} must be a multiple of "
-            f"num_generations={k}: TargetPOTrainer keeps the K completions of a prompt in one micro-batch"
+            f"per_device_train_batch_size={train} must be a multiple of num_generations={k} (whole groups in "
+            f"each micro-batch), or divide it with steps_per_generation=1 (a group then spans {k} / {train} "
+            f"processes); steps_per_generation={args.steps_per_generation}"
         )
     k_eval = args.num_generations_eval or k
-    if args.eval_strategy != "no" and args.per_device_eval_batch_size % k_eval:
+    evaluation = args.per_device_eval_batch_size
+    if args.eval_strategy != "no" and evaluation % k_eval and k_eval % evaluation:
         raise ValueError(
-            f"per_device_eval_batch_size={args.per_device_eval_batch_size} must be a multiple of "
-            f"num_generations_eval={k_eval} when evaluating"
+            f"per_device_eval_batch_size={evaluation} must be a multiple of num_generations_eval={k_eval} "
+            f"or divide it when evaluating"
         )
     refused = {
         "use_liger_kernel": (args.use_liger_kernel, False),
@@ -171,14 +177,21 @@ def target_po_loss(
     if beta:
         if ref_per_token_logps is None:
             raise ValueError(f"beta={beta!r} needs ref_per_token_logps")
-        dtype = loss.dtype
-        weights = mask.to(dtype)
-        terms = losses.reference_kl_terms(ref_per_token_logps.to(dtype), per_token_logps.to(dtype),
-                                          old_per_token_logps.to(dtype), bias_correction_kl) * weights
-        tokens = weights.sum().clamp(min=1) if kl_tokens is None else kl_tokens
-        loss = loss + beta * terms.sum() / tokens
-        stats["kl"] = (terms.sum() / weights.sum().clamp(min=1)).detach()
+        kl_sum, stats["kl"] = _reference_kl(per_token_logps, old_per_token_logps, mask, ref_per_token_logps,
+                                            bias_correction_kl, loss.dtype)
+        loss = loss + beta * kl_sum / (mask.sum().clamp(min=1) if kl_tokens is None else kl_tokens)
     return loss, stats
+
+
+def _reference_kl(
+    per_token_logps: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
+    bias_correction: bool, dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sum of the masked k3 terms, with gradient; their mean per token, detached)``."""
+    weights = mask.to(dtype)
+    terms = losses.reference_kl_terms(reference.to(dtype), per_token_logps.to(dtype), old.to(dtype),
+                                      bias_correction) * weights
+    return terms.sum(), (terms.sum() / weights.sum().clamp(min=1)).detach()
 
 
 def shuffle_groups(batch: dict[str, Any], group_size: int) -> dict[str, Any]:
@@ -224,6 +237,12 @@ class TargetPOTrainer(GRPOTrainer):
 
     def _group_size(self) -> int:
         return self.num_generations if self.model.training else self.num_generations_eval
+
+    def _span(self) -> int:
+        """Processes a group spans: 1 when each micro-batch holds whole groups, else K / per-device rows."""
+        args = self.args
+        rows = args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
+        return 1 if rows % self._group_size() == 0 else self._group_size() // rows
 
     def _generate_single_turn(
         self, prompt_ids: Any, images: Any, multimodal_fields: Any, num_generations: int,
@@ -276,8 +295,9 @@ class TargetPOTrainer(GRPOTrainer):
             return self._generate_and_score_completions(generation_batch)
         generate_every = self.args.steps_per_generation * self.num_iterations
         if self._step % generate_every == 0 or self._buffered_inputs is None:
-            batch = self._generate_and_score_completions(generation_batch)
-            batch = shuffle_groups(split_pixel_values_by_grid(batch), self.num_generations)
+            batch = split_pixel_values_by_grid(self._generate_and_score_completions(generation_batch))
+            if self._span() == 1:  # a spanning group's part is the whole local batch: nothing to shuffle
+                batch = shuffle_groups(batch, self.num_generations)
             batches = split_tensor_dict(batch, self.args.steps_per_generation)
             self._buffered_inputs = [unsplit_pixel_values_by_grid(part) for part in batches]
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
@@ -296,7 +316,11 @@ class TargetPOTrainer(GRPOTrainer):
         train = self.model.training
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        _check_whole_groups(prompt_ids, prompt_mask, k)
+        span = self._span()
+        if span == 1:
+            _check_whole_groups(prompt_ids, prompt_mask, k)
+        else:
+            self._check_spanning_group(prompt_ids, prompt_mask, span)
         per_token_logps, _, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             torch.cat([prompt_ids, completion_ids], dim=1),
@@ -308,22 +332,24 @@ class TargetPOTrainer(GRPOTrainer):
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
         old = inputs.get("old_per_token_logps")
         accumulation = self.current_gradient_accumulation_steps if train else 1
-        loss, stats = target_po_loss(
-            per_token_logps,
-            per_token_logps.detach() if old is None else old,
-            mask,
-            inputs["scores"],
-            k,
-            eta=self.args.eta,
-            logscore=self.args.logscore,
-            ref_per_token_logps=inputs.get("ref_per_token_logps"),
-            beta=self.beta,
-            kl_tokens=self._kl_tokens(inputs),
-            bias_correction_kl=self.args.use_bias_correction_kl,
-        )
+        old = per_token_logps.detach() if old is None else old
+        reference = inputs.get("ref_per_token_logps")
+        kl_tokens = self._kl_tokens(inputs)
+        if span == 1:
+            loss, stats = target_po_loss(
+                per_token_logps, old, mask, inputs["scores"], k, eta=self.args.eta,
+                logscore=self.args.logscore, ref_per_token_logps=reference, beta=self.beta,
+                kl_tokens=kl_tokens, bias_correction_kl=self.args.use_bias_correction_kl,
+            )  # fmt: skip
+        else:
+            scores = inputs["scores"]
+            loss, stats = self._spanning_loss(per_token_logps, old, mask, scores, reference, kl_tokens)
         mode = "train" if train else "eval"
         for name, value in stats.items():
             metric = name if name == "kl" else f"tpo/{name}"  # TRL's own name for the KL
+            if span > 1 and name != "kl":  # already over every process's groups
+                self._metrics[mode][metric].append(value.item())
+                continue
             gathered = self.accelerator.gather(value.detach())
             total = gathered.sum() if name == "dropped_rows" else gathered.mean()  # a count, or a mean
             self._metrics[mode][metric].append(total.item())
@@ -331,6 +357,45 @@ class TargetPOTrainer(GRPOTrainer):
             loss = loss + self.router_aux_loss_coef * aux_loss
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
         return loss / accumulation
+
+    def _spanning_loss(
+        self, per_token_logps: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
+        reference: torch.Tensor | None, kl_tokens: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """TPO on groups whose K rows sit on consecutive processes (K / per-device rows each): every
+        process gathers all rows' log-scores with a differentiable all-gather (rank order = row order),
+        takes the loss over every group (:func:`agents.losses.grouped_tpo_loss`, the mean over all
+        groups), and the all-gather's backward sums each row's gradient over the processes, so that DDP's
+        average over processes is the gradient of that mean. The KL term stays per process."""
+        from torch.distributed.nn.functional import all_gather
+
+        logscore = self.args.logscore
+        rows = losses.row_logscores(per_token_logps, mask, logscore)
+        every = torch.cat(all_gather(rows))
+        gathered = [self.accelerator.gather(value) for value in (
+            losses.row_logscores(old.detach(), mask, logscore), scores.to(rows.dtype), mask.bool().any(-1))]
+        loss, stats = losses.grouped_tpo_loss(every, *gathered, self._group_size(), self.args.eta)
+        if self.beta:
+            if reference is None:
+                raise ValueError(f"beta={self.beta!r} needs ref_per_token_logps")
+            kl_sum, stats["kl"] = _reference_kl(per_token_logps, old, mask, reference,
+                                                self.args.use_bias_correction_kl, loss.dtype)
+            loss = loss + self.beta * kl_sum / (mask.sum().clamp(min=1) if kl_tokens is None else kl_tokens)
+        return loss, stats
+
+    def _check_spanning_group(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, span: int) -> None:
+        """Raise unless this process's rows and those of the other ``span - 1`` processes of its block
+        share one prompt (one group spread over consecutive processes)."""
+        ids = prompt_ids * prompt_mask
+        if not (ids == ids[:1]).all():
+            raise ValueError(f"a micro-batch part of a group spanning {span} processes holds several prompts")
+        kept = prompt_ids[0][prompt_mask[0].bool()].long()
+        positions = torch.arange(1, len(kept) + 1, device=kept.device)
+        fingerprint = torch.stack([positions[-1:].sum(), kept.sum(), (kept * positions).sum()])
+        every = self.accelerator.gather(fingerprint.unsqueeze(0)).reshape(-1, span, 3)
+        if not (every == every[:, :1]).all():
+            raise ValueError(f"the processes of a group spanning {span} of them hold different prompts: the "
+                             f"group was split")
 
     def _kl_tokens(self, inputs: dict[str, Any]) -> torch.Tensor | None:
         """Tokens per process of one accumulation window, over the accumulation steps: once the loss is

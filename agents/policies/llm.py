@@ -11,6 +11,7 @@ transformers and peft are imported when a policy is built, not when this module 
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import tempfile
@@ -388,11 +389,16 @@ class LLMPolicy(BasePolicy):
         return self._teacher_forced(self.reference_model(), completions, rows)
 
     def reference_model(self) -> nn.Module:
-        """The frozen reference without LoRA: the original weights of ``model`` (loaded again from that
-        source on first call, so a policy restored by ``load`` keeps the anchor of the first run, not its
-        trained weights), on the policy's device."""
+        """The frozen reference without LoRA: the original weights of ``model``, on the policy's device.
+
+        Made on first call: a copy of the model while it still holds those weights; after
+        ``load_state_dict`` or from a ``checkpoint`` (a policy restored by ``load``), ``model`` loaded
+        again, so the anchor stays the first run's and is not the trained weights."""
         if self._frozen_reference is None:
-            reference, _ = load_causal_lm(self.model_name, resolve_dtype(self.dtype))
+            if self.checkpoint is None and not getattr(self, "_weights_loaded", False):
+                reference = copy.deepcopy(self.model)  # still the original weights: a copy is quicker
+            else:
+                reference, _ = load_causal_lm(self.model_name, resolve_dtype(self.dtype))
             reference.requires_grad_(False).eval()
             object.__setattr__(self, "_frozen_reference", reference)
         return self._frozen_reference.to(self.device)
@@ -439,6 +445,8 @@ class LLMPolicy(BasePolicy):
         if not state_dict and self.checkpoint is not None:
             self.sync_generator()
             return None
+        if self._frozen_reference is None:
+            object.__setattr__(self, "_weights_loaded", True)  # the reference must come from ``model``
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)
         self.sync_generator()
         return result

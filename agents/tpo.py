@@ -40,6 +40,8 @@ class TPO(GroupAlgorithm):
         checks.check_bool("anchor", self.anchor)
 
     def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
+        if view.valid is not None:
+            return self._masked_group_loss(view)
         target = losses.tpo_target(view.old_logscores, view.scores, eta=self.eta, anchor=self.anchor)
         if not self.diagnostics:
             return losses.tpo_loss(view.logscores, target), {}
@@ -51,3 +53,22 @@ class TPO(GroupAlgorithm):
             "mean_abs_p_minus_q": losses.target_gap(view.logscores.detach(), target),
         }
         return losses.tpo_loss(view.logscores, target), stats
+
+    def _masked_group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
+        """TPO over each group's valid candidates (:func:`agents.losses.masked_tpo_loss`; the function
+        the TRL and verl paths reach through :func:`agents.losses.completion_tpo_loss`)."""
+        loss, target = losses.masked_tpo_loss(view.logscores, view.old_logscores, view.scores, view.valid,
+                                              self.eta, self.anchor)
+        if not self.diagnostics:
+            return loss, {}
+        logscores = view.logscores.detach()
+        masked = losses.masked_group_diagnostics(logscores, view.old_logscores, target, view.valid)
+        winners, losers = losses.target_mass(target, view.scores)
+        stats = {
+            **losses.group_diagnostics(view.scores),
+            "q_mass_winners": winners,
+            "q_mass_losers": losers,
+            "mean_abs_p_minus_q": masked["mean_abs_p_minus_q"],
+            "dropped_rows": (~view.valid).sum(),
+        }
+        return loss, stats

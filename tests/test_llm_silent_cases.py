@@ -53,7 +53,8 @@ def text_mode_loss(b: dict, new: torch.Tensor, logscore: str) -> torch.Tensor:
         group_size=K, rows_per_part=n, old_ready=torch.ones(n, dtype=torch.bool),
     )  # fmt: skip
     view = TextMode.group_view(None, TextPart(batch, torch.arange(n)), new)
-    loss, _ = TPO.group_loss(SimpleNamespace(eta=0.7, anchor=True, diagnostics=True), view)
+    algorithm = TPO("TransformerPolicy", "TPO/TokenCopy-v0", eta=0.7, env_kwargs=dict(sequence_length=3))
+    loss, _ = algorithm.group_loss(view)  # the TPO algorithm's loss on the text mode's view
     return loss
 
 
@@ -235,3 +236,33 @@ def test_one_bos_in_trl_prompts(tiny_llm_dir):
 def test_lora_dropout_is_refused(tiny_llm_dir):
     with pytest.raises(ValueError, match=r"lora_dropout=0.05: must be 0 \(pi_old"):
         make_policy(tiny_llm_dir, lora_rank=4, lora_dropout=0.05)
+
+
+def test_text_mode_drops_truncated_completions_with_mask_truncated_completions(tiny_llm_dir):
+    """Completions cut by max_new_tokens get an empty mask and leave their group's softmax: the TPO loss
+    and gradient equal agents.losses.completion_tpo_loss with those rows invalid, the count is logged."""
+    pytest.importorskip("reasoning_gym")
+    from stable_baselines3.common.logger import Logger
+
+    from agents import TPO as TPOAlgo
+
+    model = TPOAlgo("LLMPolicy", "TPO/ReasoningGym-v0",
+                    env_kwargs=dict(dataset="basic_arithmetic", size=8, eval_size=2, seed=1),
+                    policy_kwargs=dict(model=tiny_llm_dir, max_new_tokens=6, micro_batch_size=16,
+                                       mask_truncated_completions=True),
+                    batch_size=4, group_size=4, learning_rate=1e-2, group_mode="text", seed=0,
+                    device="cpu")  # fmt: skip
+    model.set_logger(Logger(None, []))
+    _, callback = model._setup_learn(10**6, None)
+    batch = model.collect(callback)
+    truncated = batch.completions.truncated
+    assert truncated.any() and not truncated.all()  # the tiny model ends some completions with EOS
+    assert (batch.mask[truncated] == 0).all() and (batch.mask[~truncated].sum(-1) > 0).all()
+    batch.scores = torch.arange(16.0).reshape(4, 4) % 3
+    part = next(model.mode.parts(batch))[0]
+    lp = model.mode.log_probs(model.policy, part)
+    loss, stats = model.group_loss(model.mode.group_view(part, lp))
+    assert stats["dropped_rows"] == int(truncated.sum())
+    expected, _ = L.completion_tpo_loss(lp, batch.old_token_log_probs, batch.mask.float(),
+                                        batch.scores.reshape(-1), 4)  # fmt: skip
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)

@@ -90,11 +90,14 @@ class EnvTraits:
 
 @dataclass
 class GroupView:
-    """Groups ``[..., K]``: current log-scores L_theta (with gradient), L_old and raw scores s."""
+    """Groups ``[..., K]``: current log-scores L_theta (with gradient), L_old and raw scores s; ``valid``
+    (bool ``[..., K]``, None: all) marks the candidates that take part in the group softmax (the text
+    mode drops completions without tokens)."""
 
     logscores: th.Tensor
     old_logscores: th.Tensor
     scores: th.Tensor
+    valid: th.Tensor | None = None
 
 
 @dataclass

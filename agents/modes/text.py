@@ -65,7 +65,9 @@ class TextMode(CollectionMode):
     """B prompts x K completions (paper Sec. 3.8): the K completions of a prompt are one group.
 
     Group view: L = the completion's log-score, ``sum`` or per-token ``mean`` of its token
-    log-probs (the policy's ``logscore``), s = the env's score, groups ``[B, K]``.
+    log-probs (the policy's ``logscore``), s = the env's score, groups ``[B, K]``; a completion without
+    tokens (the policy's ``mask_truncated_completions`` empties truncated ones) leaves its group's softmax
+    (TPO: :func:`agents.losses.masked_tpo_loss`, logged as ``train/dropped_rows``).
     Sample view (PG, DG, PPO): the completion's token log-probs ``[N, T]`` with its padding mask
     and A = s - b (``batch_mean`` over the B*K completions, or a constant).
     The loss runs over parts of whole groups of at most the policy's ``micro_batch_size`` rows, with
@@ -157,7 +159,8 @@ class TextMode(CollectionMode):
             return losses.completion_logscores(token_lp, mask, k, batch.logscore)
 
         old, scores = batch.old_token_log_probs[part.rows], batch.scores.reshape(-1)[part.rows]
-        return GroupView(logscores(token_log_probs), logscores(old), scores.reshape(-1, k))
+        valid = mask.bool().any(-1).reshape(-1, k)  # a completion without tokens leaves the softmax
+        return GroupView(logscores(token_log_probs), logscores(old), scores.reshape(-1, k), valid)
 
     def sample_view(self, part: TextPart, token_log_probs: th.Tensor) -> SampleView:
         batch = part.batch
@@ -215,6 +218,8 @@ class TextMode(CollectionMode):
         logger.record("rollout/success_rate", float((batch.scores >= 0.99).float().mean()))
         logger.record("rollout/format_rate", float(batch.format_ok.mean()))
         logger.record("rollout/completion_length", float(completions.completion_mask.sum(-1).float().mean()))
+        if completions.truncated is not None:  # cut by max_new_tokens (emptied by mask_truncated_completions)
+            logger.record("rollout/truncated_frac", float(completions.truncated.float().mean()))
         seconds = max(float(completions.seconds), 1e-9)
         logger.record("time/generation_tokens_per_s", completions.n_generated_tokens / seconds)
         self._collections += 1

@@ -43,6 +43,8 @@ class Completions:
         special tokens skipped and the stop string kept
     :param n_generated_tokens: ``sum(completion_mask)``
     :param seconds: wall-clock time of the generation (tokenization and decoding included)
+    :param truncated: ``[P*n]`` bool, completions that ended neither with EOS nor with the stop string
+        (cut by ``max_new_tokens``); with ``mask_truncated_completions`` their mask is all zero
     """
 
     prompt_ids: Tensor
@@ -53,6 +55,7 @@ class Completions:
     texts: list[str]
     n_generated_tokens: int
     seconds: float
+    truncated: Tensor | None = None
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

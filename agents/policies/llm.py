@@ -165,6 +165,9 @@ class LLMPolicy(BasePolicy):
     :param vllm_gpu_memory_utilization: fraction of GPU memory the vLLM engine may take
     :param checkpoint: a folder written by :meth:`save_pretrained` whose weights replace ``model``'s (the
         whole model, or the LoRA adapter put on ``model``); ``model`` stays the source of the reference
+    :param mask_truncated_completions: zero the completion mask of completions that ended neither with EOS
+        nor with the stop string (TRL's option): they take no part in any loss, and a group's softmax is
+        over its other completions
     """
 
     def __init__(
@@ -191,6 +194,7 @@ class LLMPolicy(BasePolicy):
         backend: str = "hf",
         vllm_gpu_memory_utilization: float = 0.3,
         checkpoint: str | None = None,
+        mask_truncated_completions: bool = False,
     ) -> None:
         if logscore not in ("sum", "mean"):
             raise ValueError(f"logscore={logscore!r}: use 'sum' or 'mean'")
@@ -229,6 +233,7 @@ class LLMPolicy(BasePolicy):
         self.backend = backend
         self.vllm_gpu_memory_utilization = vllm_gpu_memory_utilization
         self.checkpoint = checkpoint
+        self.mask_truncated_completions = bool(mask_truncated_completions)
         if checkpoint is not None and not os.path.isdir(checkpoint):
             raise ValueError(f"checkpoint={checkpoint!r}: no such folder (of LLMPolicy.save_pretrained)")
 
@@ -321,10 +326,13 @@ class LLMPolicy(BasePolicy):
         completion_mask = (
             torch.arange(completion_ids.shape[1], device=lengths.device) < lengths[:, None]
         ).long()
-        decoded = self.tokenizer.batch_decode(
-            [row[:length] for row, length in zip(completion_ids.tolist(), lengths.tolist(), strict=True)],
-            skip_special_tokens=True,
-        )
+        rows = [row[:length] for row, length in zip(completion_ids.tolist(), lengths.tolist(), strict=True)]
+        decoded = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        ended = [bool(row) and (row[-1] in self.eos_ids or (self.stop is not None and self.stop in text))
+                 for row, text in zip(rows, decoded, strict=True)]
+        truncated = ~torch.tensor(ended, dtype=torch.bool, device=lengths.device)
+        if self.mask_truncated_completions:  # TRL's option: a truncated completion takes no part in the loss
+            completion_mask = completion_mask * ~truncated[:, None]
         return Completions(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
@@ -333,6 +341,7 @@ class LLMPolicy(BasePolicy):
             owner=torch.arange(len(prompts), device=prompt_ids.device).repeat_interleave(n),
             texts=[self.prefill + text for text in decoded],
             n_generated_tokens=int(lengths.sum()),
+            truncated=truncated,
             seconds=time.perf_counter() - start,
         )
 
@@ -475,6 +484,7 @@ class LLMPolicy(BasePolicy):
             "backend": self.backend,
             "vllm_gpu_memory_utilization": self.vllm_gpu_memory_utilization,
             "checkpoint": self.checkpoint,
+            "mask_truncated_completions": self.mask_truncated_completions,
         }
 
     def save_pretrained(self, directory: str | os.PathLike[str]) -> str:

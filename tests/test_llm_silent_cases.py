@@ -266,3 +266,21 @@ def test_text_mode_drops_truncated_completions_with_mask_truncated_completions(t
     expected, _ = L.completion_tpo_loss(lp, batch.old_token_log_probs, batch.mask.float(),
                                         batch.scores.reshape(-1), 4)  # fmt: skip
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)
+
+
+def test_a_mixture_of_experts_model_with_a_router_loss_is_refused(tiny_llm_dir, tmp_path):
+    from transformers import AutoTokenizer, MixtralConfig, MixtralForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    config = MixtralConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                           num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                           num_local_experts=2, num_experts_per_tok=1, max_position_embeddings=64)
+    MixtralForCausalLM(config).save_pretrained(tmp_path / "moe")
+    tokenizer.save_pretrained(tmp_path / "moe")
+    with pytest.raises(ValueError, match=r"Mixture-of-Experts model with router_aux_loss_coef=0.001") as info:
+        make_policy(str(tmp_path / "moe"))
+    assert "\n" not in str(info.value)
+    config.router_aux_loss_coef = 0.0
+    MixtralForCausalLM(config).save_pretrained(tmp_path / "moe0")
+    tokenizer.save_pretrained(tmp_path / "moe0")
+    assert make_policy(str(tmp_path / "moe0")).model.config.router_aux_loss_coef == 0.0

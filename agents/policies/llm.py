@@ -241,6 +241,7 @@ class LLMPolicy(BasePolicy):
 
         full_checkpoint = checkpoint is not None and lora_rank == 0
         lm, self.tokenizer = load_causal_lm(checkpoint if full_checkpoint else model, resolve_dtype(dtype))
+        _refuse_router_loss(lm, model)
         self.eos_ids = _eos_ids(lm, self.tokenizer)
         # Sampling is defined by this policy's arguments alone, not by the checkpoint's generation defaults.
         lm.generation_config = GenerationConfig(
@@ -503,6 +504,18 @@ class LLMPolicy(BasePolicy):
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         return directory
+
+
+def _refuse_router_loss(lm: nn.Module, name: str) -> None:
+    """Refuse a Mixture-of-Experts model with a router (load-balancing) loss: the text mode's loss is the
+    algorithm's alone, so that loss would silently not be trained (TargetPOTrainer adds it)."""
+    config = getattr(lm.config, "text_config", None) or lm.config
+    coefficient = getattr(config, "router_aux_loss_coef", 0.0) or 0.0
+    if hasattr(config, "output_router_logits") and coefficient != 0:
+        raise ValueError(
+            f"model={name!r} is a Mixture-of-Experts model with router_aux_loss_coef={coefficient}: the text "
+            "mode does not train its router loss; use TargetPOTrainer (which adds it) or a config with 0"
+        )
 
 
 def _load_adapter(model: nn.Module, directory: str) -> None:

@@ -344,6 +344,14 @@ def test_validator_megatron_parallel_sizes():
         f"loss by token counts, a per-token loss)"]
 
 
+def test_balance_batch_is_allowed_with_the_prefix_grouper():
+    """verl's legacy trainer balances whole uid groups, rows in order, with the actor's prefix grouper."""
+    balanced = ["trainer.balance_batch=true", f"{A}.use_prefix_grouper=true"]
+    assert tv.config_errors(tv.load_config([str(CONFIG), *balanced], use_hydra=False)) == []
+    errors = tv.config_errors(tv.load_config([str(CONFIG), "trainer.balance_batch=true"], use_hydra=False))
+    assert len(errors) == 1 and "use_prefix_grouper=true" in errors[0]
+
+
 def test_validator_reads_verl_defaults_for_missing_keys():
     errors = tv.config_errors(tv.load_config(["algorithm.adv_estimator=tpo"], use_hydra=False))
     text = "\n".join(errors)
@@ -610,8 +618,9 @@ def test_shipped_config_composes_with_hydra_and_builds_verl_configs():
     assert config["reward"]["custom_reward_function"] == {"path": "pkg://agents.integrations.verl",
                                                           "name": "compute_score"}
     bad = tv.load_config([str(CONFIG), "trainer.balance_batch=true"], use_hydra=True)
-    assert tv.config_errors(bad) == ["trainer.balance_batch=True: must be False (balancing "
-                                                 "reorders rows across DP ranks and splits groups)"]
+    assert tv.config_errors(bad) == [
+        "trainer.balance_batch=True: must be False (balancing reorders rows across DP ranks and splits "
+        "groups), or keep it with actor_rollout_ref.actor.use_prefix_grouper=true (whole groups are balanced)"]
 
 
 @needs_verl

@@ -38,6 +38,7 @@ VERL_DEFAULTS: dict[str, Any] = {
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": None,
     "actor_rollout_ref.actor.use_dynamic_bsz": False,
     "actor_rollout_ref.actor.shuffle": False,
+    "actor_rollout_ref.actor.use_prefix_grouper": False,
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": 1,
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 1,
     "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": 1,
@@ -241,7 +242,6 @@ def config_errors(config: Mapping[str, Any]) -> list[str]:
                       f"z-scores)")
     for key, wanted, why in (
         ("trainer.use_v1", False, "the v1 trainer always reorders rows by length; use the legacy trainer"),
-        ("trainer.balance_batch", False, "balancing reorders rows across DP ranks and splits groups"),
         (f"{_ACTOR}.use_dynamic_bsz", False, "dynamic batch sizes regroup rows by length"),
         (f"{_ACTOR}.shuffle", False, "shuffling the mini-batches mixes rows of different groups"),
         ("algorithm.rollout_correction.bypass_mode", False, "bypass mode replaces the loss by 'bypass_mode'"),
@@ -249,6 +249,13 @@ def config_errors(config: Mapping[str, Any]) -> list[str]:
         value = _get(config, key)
         if value != wanted:
             errors.append(f"{key}={value!r}: must be {wanted} ({why})")
+    # The legacy trainer balances whole uid groups (get_group_balanced_partitions, rows kept in order)
+    # when the actor uses the prefix grouper; otherwise it sorts rows by length and splits groups.
+    balance = _get(config, "trainer.balance_batch")
+    if balance is not False and _get(config, f"{_ACTOR}.use_prefix_grouper") is not True:
+        errors.append(f"trainer.balance_batch={balance!r}: must be False (balancing reorders rows across DP "
+                      f"ranks and splits groups), or keep it with {_ACTOR}.use_prefix_grouper=true (whole "
+                      f"groups are balanced)")
     for key in ("algorithm.rollout_correction.rollout_is", "algorithm.rollout_correction.rollout_rs"):
         value = _get(config, key)
         if value is not None:

@@ -620,7 +620,8 @@ def test_shipped_config_composes_with_hydra_and_builds_verl_configs():
     bad = tv.load_config([str(CONFIG), "trainer.balance_batch=true"], use_hydra=True)
     assert tv.config_errors(bad) == [
         "trainer.balance_batch=True: must be False (balancing reorders rows across DP ranks and splits "
-        "groups), or keep it with actor_rollout_ref.actor.use_prefix_grouper=true (whole groups are balanced)"]
+        "groups), or keep it with actor_rollout_ref.actor.use_prefix_grouper=true (whole groups are "
+        "balanced)"]
 
 
 @needs_verl

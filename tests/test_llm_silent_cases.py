@@ -233,6 +233,11 @@ def test_one_bos_in_trl_prompts(tiny_llm_dir):
     assert ids.count(bos) == 1
 
 
+def test_temperature_must_be_positive(tiny_llm_dir):
+    with pytest.raises(ValueError, match="temperature=0"):
+        make_policy(tiny_llm_dir, temperature=0)
+
+
 def test_lora_dropout_is_refused(tiny_llm_dir):
     with pytest.raises(ValueError, match=r"lora_dropout=0.05: must be 0 \(pi_old"):
         make_policy(tiny_llm_dir, lora_rank=4, lora_dropout=0.05)

@@ -150,7 +150,7 @@ class LLMPolicy(BasePolicy):
         part of the prompt ids and prepended to the returned texts
     :param stop: stop string: generation of a completion ends with the token that completes it (kept)
     :param max_new_tokens: most tokens per completion
-    :param temperature: sampling temperature
+    :param temperature: sampling temperature T > 0; the log-probs are those of the logits / T
     :param top_p: nucleus sampling threshold (no top-k)
     :param micro_batch_size: most rows per teacher-forced forward
     :param lora_rank: LoRA rank; 0 trains every weight
@@ -198,6 +198,9 @@ class LLMPolicy(BasePolicy):
     ) -> None:
         if logscore not in ("sum", "mean"):
             raise ValueError(f"logscore={logscore!r}: use 'sum' or 'mean'")
+        from agents.checks import check_positive
+
+        check_positive("temperature", temperature)  # the log-probs are those of logits / temperature
         if lora_dropout != 0:
             raise ValueError(
                 f"lora_dropout={lora_dropout!r}: must be 0 (pi_old is taken from the first epoch's training "

@@ -541,6 +541,12 @@ def completion_logscores(
     """Log-scores of ``N = n_groups * K`` completions as groups ``[n_groups, K]`` (rows i*K .. i*K+K-1 are
     group i), in float32 at least: L = ``sequence_logscores(log-probs, mask, logscore)`` computed in
     ``promote_types(dtype, float32)`` (bf16/fp16 log-probs are promoted before any sum)."""
+    _check_completion_rows(token_log_probs, mask, group_size)
+    return row_logscores(token_log_probs, mask, logscore).reshape(-1, group_size)
+
+
+def _check_completion_rows(token_log_probs: torch.Tensor, mask: torch.Tensor, group_size: int) -> None:
+    """A one-line ``ValueError`` unless log-probs and mask are both ``[N, T]``, N a positive multiple of K."""
     if token_log_probs.dim() != 2 or mask.shape != token_log_probs.shape:
         raise ValueError(f"token log-probs {tuple(token_log_probs.shape)} and mask {tuple(mask.shape)} must "
                          f"both be [N, T]")
@@ -550,9 +556,6 @@ def completion_logscores(
     if n == 0 or n % group_size:
         raise ValueError(f"{n} completions are not whole groups of K = {group_size} (rows i*K .. i*K+K-1 "
                          f"are group i)")
-    dtype = torch.promote_types(token_log_probs.dtype, torch.float32)
-    flat = sequence_logscores(token_log_probs.to(dtype), mask.to(dtype), logscore)
-    return flat.reshape(-1, group_size)
 
 
 def completion_tpo_loss(
@@ -582,7 +585,7 @@ def completion_tpo_loss(
     if old_token_log_probs.shape != token_log_probs.shape:
         raise ValueError(f"old token log-probs {tuple(old_token_log_probs.shape)} must be shaped like the "
                          f"token log-probs {tuple(token_log_probs.shape)}")
-    completion_logscores(token_log_probs, mask, group_size, logscore)  # the shape checks
+    _check_completion_rows(token_log_probs, mask, group_size)
     rows_valid = mask.bool().any(-1)
     if valid is not None:
         if valid.shape != rows_valid.shape:

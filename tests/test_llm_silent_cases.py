@@ -289,3 +289,21 @@ def test_a_mixture_of_experts_model_with_a_router_loss_is_refused(tiny_llm_dir, 
     MixtralForCausalLM(config).save_pretrained(tmp_path / "moe0")
     tokenizer.save_pretrained(tmp_path / "moe0")
     assert make_policy(str(tmp_path / "moe0")).model.config.router_aux_loss_coef == 0.0
+
+
+def test_one_bos_in_our_loop_with_a_template_that_writes_it(tiny_llm_dir, tmp_path):
+    import shutil
+
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "bos_model"
+    shutil.copytree(tiny_llm_dir, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = "{{ bos_token }}" + tokenizer.chat_template
+    tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tokenizer.bos_token_id)])
+    tokenizer.save_pretrained(folder)
+    policy = make_policy(str(folder))
+    ids, mask = policy.encode_prompts(["hi"])
+    assert ids[0][mask[0].bool()].tolist().count(policy.tokenizer.bos_token_id) == 1

@@ -676,3 +676,18 @@ def test_paper_recipes_state_the_paper_settings(recipe, use_hydra):
     gsm8k = task == "gsm8k"
     assert (ref["model"].get("lora_rank", 0) == 32) == gsm8k
     assert actor["use_kl_loss"] == gsm8k and (not gsm8k or actor["kl_loss_coef"] == 0.001)
+
+
+def test_an_all_empty_group_gives_no_gradient():
+    """Every row of group 0 without response tokens: the loss stays finite and that group contributes
+    nothing (the others' mean over all G groups is unchanged)."""
+    b = make_batch()
+    b["mask"][:K] = 0.0
+    b["rewards"][:K] = 0.0
+    adv, _ = tv.compute_tpo_advantage(b["rewards"], b["mask"], None, b["uids"])
+    log_prob = (b["new"] * b["mask"]).clone().requires_grad_()
+    loss, metrics = tv.compute_tpo_policy_loss(b["old"] * b["mask"], log_prob, adv, b["mask"], "token-mean",
+                                               actor_config())
+    loss.backward()
+    assert torch.isfinite(loss) and (log_prob.grad[:K] == 0).all()
+    assert metrics["actor/tpo_dropped_rows"] == K

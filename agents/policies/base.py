@@ -94,6 +94,9 @@ class GroupPolicy(BasePolicy):
         self.predict_member = 0
         # (key, one-member copy) of the member predict uses; a tuple, so that torch registers no submodule
         self._member_cache: tuple[tuple[Any, ...], GroupPolicy] | None = None
+        #: Optimizer steps taken, part of the predicting member's cache key: a fused optimizer (the
+        #: MLP's Adam) updates the parameters without bumping their ``_version``.
+        self._optimizer_steps = 0
 
     # ------------------------------------------------------------------ to implement
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
@@ -180,7 +183,7 @@ class GroupPolicy(BasePolicy):
         if self.n_members == 1:
             return self
         member = self.predict_member
-        key = (member, *((p.data_ptr(), p._version) for p in self.parameters()))
+        key = (member, self._optimizer_steps, *((p.data_ptr(), p._version) for p in self.parameters()))
         cached = self._member_cache
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -206,6 +209,10 @@ class GroupPolicy(BasePolicy):
         else:
             self.optimizer = self._custom_optimizer_class(self.parameters(), lr=lr, **self.optimizer_kwargs)
         self.optimizer_class = type(self.optimizer)
+        self.optimizer.register_step_post_hook(self._count_optimizer_step)
+
+    def _count_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._optimizer_steps += 1
 
     def forward(self, obs: PyTorchObs) -> Tensor:  # type: ignore[override]
         """Same as :meth:`action_log_probs`."""

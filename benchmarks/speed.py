@@ -171,19 +171,25 @@ def run_inner(name: str, out: str, n_jobs: int, seeds: int | None, members_per_p
     return 1 if summary["failed"] else 0
 
 
+def timed(cmd: list[str], what: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``cmd`` to its end; its result and wall seconds. A failure prints its output's tail and
+    exits with one line naming ``what`` failed."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
+        raise SystemExit(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}")
+    return proc, wall
+
+
 def time_reference(name: str, python: str) -> float:
     """Wall seconds of the paper's JAX code on workload ``name``: its CLI (``python -m tpo.cli``) in a
     fresh process of the interpreter ``python``, without W&B, into a fresh folder."""
     w = WORKLOADS[name]
     with tempfile.TemporaryDirectory(prefix=f"reference-{name}-") as out:
         cmd = [python, "-m", "tpo.cli", *w.reference_args, "--no-wandb", "--save-dir", out]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
-        raise SystemExit(f"the reference's {name} failed (exit {proc.returncode}): {' '.join(cmd)}")
-    return wall
+        return timed(cmd, f"the reference's {name}")[1]
 
 
 def measure(name: str, n_jobs: int, seeds: int | None, members_per_process: int,
@@ -200,12 +206,7 @@ def measure(name: str, n_jobs: int, seeds: int | None, members_per_process: int,
         cmd = [sys.executable, "-m", "benchmarks.speed", "--inner", name, "--out", out]
         cmd += ["--n-jobs", str(n_jobs), "--seeds", str(seeds)]
         cmd += ["--members-per-process", str(members_per_process)]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
-            raise SystemExit(f"{name} failed (exit {proc.returncode})")
+        proc, wall = timed(cmd, name)
         rows = summarize(w.experiment, load_runs(out, w.experiment.name))
     peak_gb = int(proc.stdout.rsplit("PEAK_RSS_KB", 1)[1].split()[0]) / 2**20
     wall_all = wall * w.seeds / seeds

@@ -11,6 +11,7 @@ collection mode needs (``agents.modes``), once. The learn loop is :class:`agents
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any, ClassVar
 
@@ -398,6 +399,21 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         if env is not None:
             model.set_env(env, force_reset=force_reset, env_kwargs=env_kwargs, monitor_dir=monitor_dir)
         return model
+
+    def save(self, path: str | os.PathLike | Any, exclude: Any = None, include: Any = None) -> None:
+        """SB3's ``save``. A language-model policy saved to a path is saved as
+        :func:`agents.policies.llm_checkpoint.save_llm` saves it: its weights as a ``save_pretrained``
+        folder ``<name>.hf`` beside a small zip (no weights, no optimizer moments), which ``load`` and
+        ``AutoModelForCausalLM.from_pretrained`` read; call ``save_llm(model, path, optimizer=True)`` to
+        keep AdamW's state. Any other policy, or an open file, gets SB3's zip."""
+        llm = sys.modules.get("agents.policies.llm")  # loaded whenever a policy is an LLMPolicy
+        if (llm is not None and isinstance(self.policy, llm.LLMPolicy) and isinstance(path, str | os.PathLike)
+                and not getattr(self.policy, "_weights_elsewhere", False)):
+            from agents.policies.llm_checkpoint import save_llm
+
+            save_llm(self, path)
+            return
+        super().save(path, exclude=exclude, include=include)
 
     def set_predict_member(self, member: int) -> None:
         """Make :meth:`predict` (and so SB3's ``evaluate_policy``, the zoo's ``enjoy``) act with member

@@ -41,7 +41,8 @@ def test_full_model_checkpoint_loads_with_tpo_evaluate_and_transformers(tiny_llm
 
     model = trained(tiny_llm_dir)
     full_zip = tmp_path / "sb3.zip"
-    model.save(full_zip)
+    with open(full_zip, "wb") as file:  # an open file gets SB3's whole zip
+        model.save(file)
     folder = save_llm(model, tmp_path / "run" / "model.zip")
     assert folder == checkpoint_folder(tmp_path / "run" / "model.zip") and folder.endswith("model.hf")
     small = os.path.getsize(tmp_path / "run" / "model.zip")
@@ -126,3 +127,15 @@ def test_the_zoo_saves_llm_policies_as_the_pair(tiny_llm_dir, tmp_path):
     expected = weights(model.policy.model)
     for name, value in weights(loaded.policy.model).items():
         torch.testing.assert_close(value, expected[name], atol=0, rtol=0)
+
+
+def test_model_save_to_a_path_writes_the_folder_and_the_small_zip(tiny_llm_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = trained(tiny_llm_dir)
+    model.save(tmp_path / "model")  # SB3's API: ".zip" added
+    assert os.path.isfile(tmp_path / "model.zip") and os.path.isdir(tmp_path / "model.hf")
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "model.hf")
+    for name, value in hf.state_dict().items():
+        torch.testing.assert_close(value, weights(model.policy.model)[name], atol=0, rtol=0)
+    assert TPO.load(tmp_path / "model.zip", device="cpu").policy.checkpoint == str(tmp_path / "model.hf")

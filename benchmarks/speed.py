@@ -28,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from experiments.core import Experiment, Grid, Size
+from experiments.core import Experiment, Grid, Size, check_device
 from experiments.definitions import get_experiment
 from experiments.definitions.tokens import token_run
 from experiments.report import load_runs, summarize
@@ -159,10 +159,11 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
-def run_inner(name: str, out: str, n_jobs: int, seeds: int | None, members_per_process: int) -> int:
-    """Run one workload's seeds (this is the timed subprocess)."""
+def run_inner(name: str, out: str, n_jobs: int, seeds: int | None, members_per_process: int,
+              device: str = "cpu") -> int:
+    """Run one workload's seeds on ``device`` (this is the timed subprocess)."""
     w = WORKLOADS[name]
-    tasks = plan(w.experiment, out, False, seeds or w.seeds, w.updates, w.algorithms, w.variants)
+    tasks = plan(w.experiment, out, False, seeds or w.seeds, w.updates, w.algorithms, w.variants, device)
     summary = run_tasks(tasks, n_jobs, members_per_process=members_per_process)
     peak_kb = max(
         resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
@@ -193,7 +194,7 @@ def time_reference(name: str, python: str) -> float:
 
 
 def measure(name: str, n_jobs: int, seeds: int | None, members_per_process: int,
-            reference_python: str | None = None) -> None:
+            reference_python: str | None = None, device: str = "cpu") -> None:
     """Time one workload in a fresh process and print it beside the reference's time (measured now
     with ``reference_python``, else the recorded one) and the target ratio.
 
@@ -205,7 +206,7 @@ def measure(name: str, n_jobs: int, seeds: int | None, members_per_process: int,
     with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as out:
         cmd = [sys.executable, "-m", "benchmarks.speed", "--inner", name, "--out", out]
         cmd += ["--n-jobs", str(n_jobs), "--seeds", str(seeds)]
-        cmd += ["--members-per-process", str(members_per_process)]
+        cmd += ["--members-per-process", str(members_per_process), "--device", device]
         proc, wall = timed(cmd, name)
         rows = summarize(w.experiment, load_runs(out, w.experiment.name))
     peak_gb = int(proc.stdout.rsplit("PEAK_RSS_KB", 1)[1].split()[0]) / 2**20
@@ -230,7 +231,7 @@ def measure(name: str, n_jobs: int, seeds: int | None, members_per_process: int,
     print(
         f"wall {wall_all:.1f} s; ratio to the reference {ratio} (target {target}{met}; reference {ref}); "
         f"peak RSS of the largest process {peak_gb:.2f} GB (reference {rss}); n_jobs {n_jobs}, "
-        f"members per process {members_per_process}"
+        f"members per process {members_per_process}, device {device}"
     )
     print("| algo | final (mean +- s.e.) | steps to threshold | s per seed | reference |")
     print("|---|---|---|---|---|")
@@ -254,16 +255,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-python", metavar="PYTHON",
                         help="the interpreter of an environment with the paper's JAX code installed: time "
                              "its CLI on each workload in this invocation (default: its recorded times)")
+    parser.add_argument("--device", default="cpu", help="PyTorch device of our runs (cpu, cuda, cuda:N)")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inner:
-        return run_inner(args.inner, args.out, args.n_jobs, args.seeds, args.members_per_process)
+        return run_inner(args.inner, args.out, args.n_jobs, args.seeds, args.members_per_process, args.device)
     unknown = [name for name in args.workloads if name not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    try:
+        check_device(args.device)
+    except ValueError as error:
+        parser.error(str(error))
     for name in args.workloads or list(WORKLOADS):
-        measure(name, args.n_jobs, args.seeds, args.members_per_process, args.reference_python)
+        measure(name, args.n_jobs, args.seeds, args.members_per_process, args.reference_python, args.device)
     return 0
 
 

@@ -141,3 +141,22 @@ def is_finished(path: Path, spec: RunSpec) -> bool:
         return load_seed(path)[1].get("fingerprint") == spec.fingerprint()
     except (OSError, ValueError, KeyError):
         return False
+
+
+def check_device(device: str) -> str:
+    """``device`` if this machine can train on it (``cpu``, ``cuda``, ``cuda:N``), else ``ValueError`` in
+    one line naming it and what is there; imports torch only for a non-CPU device."""
+    if device == "cpu":
+        return device
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"--device {device!r}: not a PyTorch device; use cpu, cuda or cuda:N") from error
+    if parsed.type != "cuda":
+        raise ValueError(f"--device {device!r}: use cpu, cuda or cuda:N")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0 or (parsed.index is not None and parsed.index >= count):
+        raise ValueError(f"--device {device!r}: this machine has {count} CUDA device(s)")
+    return device

@@ -33,6 +33,8 @@ class Task:
 
     ``per_seed``: the experiment's figure reads per-seed ``train/`` diagnostics (``TRAIN_DIAGNOSTICS``),
     so the seed trains alone. ``curves``: the curves its file keeps (``Experiment.curves``; None: all).
+    ``device``: the PyTorch device it trains on (not part of the run's identity: a seed finished on one
+    device is not rerun on another).
     """
 
     experiment: str
@@ -42,13 +44,14 @@ class Task:
     path: str
     per_seed: bool = False
     curves: tuple[str, ...] | None = None
+    device: str = "cpu"
 
 
 Job = tuple[Task, ...]
 """Consecutive seeds of one run that one process trains as one model (``n_seeds = len(job)``)."""
 
 
-def build_model(spec: RunSpec, seed: int, n_seeds: int = 1) -> Any:
+def build_model(spec: RunSpec, seed: int, n_seeds: int = 1, device: str = "cpu") -> Any:
     """The agent of ``spec`` with ``seed`` (and ``n_seeds`` members: seeds ``seed .. seed + n_seeds - 1``),
     built by the zoo's registry (:func:`agents.zoo.registry.make_agent`: the class of the name plus the
     settings that define an ablation, a contradiction refused)."""
@@ -58,7 +61,7 @@ def build_model(spec: RunSpec, seed: int, n_seeds: int = 1) -> Any:
     from agents.zoo.registry import make_agent
 
     env = gym.make(spec.env_id, **spec.env_kwargs)
-    return make_agent(spec.algo, spec.policy, env, seed=seed, n_seeds=n_seeds, device="cpu", **spec.kwargs)
+    return make_agent(spec.algo, spec.policy, env, seed=seed, n_seeds=n_seeds, device=device, **spec.kwargs)
 
 
 def supports_members(specs: list[RunSpec]) -> list[bool]:
@@ -108,7 +111,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     warnings.filterwarnings("ignore", category=UserWarning)
     code = code or code_version()
     start = time.perf_counter()
-    model = build_model(spec, first.seed, len(job))
+    model = build_model(spec, first.seed, len(job), first.device)
     recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
     # the fused engine computes train/ diagnostics only for a callback that asks (agents.engine)
     recorder.wants_train_diagnostics = needs_train_diagnostics(first.curves)
@@ -120,7 +123,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     for member, task in enumerate(job):
         meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
                 "spec": asdict(spec), "fingerprint": spec.fingerprint(), "wall_s": wall / len(job),
-                "n_members": len(job), "batch_wall_s": wall, "host": platform.node(),
+                "n_members": len(job), "batch_wall_s": wall, "host": platform.node(), "device": first.device,
                 "torch": torch.__version__, "python": platform.python_version(), "code": code}
         results.append((task.path, kept(recorder.arrays(member), task.curves), meta))
     return results, wall

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from experiments.core import RESULTS, SMOKE_RESULTS
+from experiments.core import RESULTS, SMOKE_RESULTS, check_device
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.launchers import LAUNCHERS, make_launcher
 from experiments.runner import MEMBERS_PER_PROCESS, Task, describe, plan, plan_jobs, run_tasks, unfinished
@@ -62,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", help="comma-separated variants (default: all)")
     parser.add_argument("--out", help=f"results folder (default {RESULTS}, or {SMOKE_RESULTS} with --smoke)")
     parser.add_argument("--dry-run", action="store_true", help="list the jobs (batched seeds) and exit")
+    parser.add_argument("--device", default="cpu",
+                        help="PyTorch device of every job: cpu (default), cuda or cuda:N; several jobs "
+                             "(--n-jobs) share one GPU side by side")
     parser.add_argument("--launcher", choices=LAUNCHERS, default="processes",
                         help="where the jobs run: processes of this machine (default) or a Ray cluster")
     parser.add_argument("--address", help="the Ray cluster (auto, HOST:6379 or ray://HOST:10001; default: "
@@ -78,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or default_out(args.smoke)
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     try:
+        check_device(args.device)
         launcher = make_launcher(args.launcher, args.n_jobs, args.address, args.retries)
     except (ValueError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         experiment = get_experiment(name)
         try:
             tasks = plan(experiment, out, args.smoke, args.n_seeds, args.episodes,
-                         _list(args.algorithms), _list(args.variants))
+                         _list(args.algorithms), _list(args.variants), args.device)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -36,8 +36,9 @@ MEMBERS_PER_PROCESS = 100
 
 def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: int | None = None,
          updates: int | None = None, algorithms: Iterable[str] | None = None,
-         variants: Iterable[str] | None = None) -> list[Task]:
-    """Every seed of every run of ``experiment`` (seed-major, so partial results cover every method)."""
+         variants: Iterable[str] | None = None, device: str = "cpu") -> list[Task]:
+    """Every seed of every run of ``experiment`` (seed-major, so partial results cover every method),
+    to train on ``device``."""
     size = experiment.smoke if smoke else experiment.full
     grid = experiment.build(updates or size.updates, smoke)
     wanted_algos = set(algorithms) if algorithms else None
@@ -54,7 +55,7 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
                 if wanted_algos is None or algo in wanted_algos:
                     path = seed_path(out, experiment.name, variant, algo, seed)
                     tasks.append(Task(experiment.name, variant, seed, spec, str(path), per_seed,
-                                      experiment.curves))
+                                      experiment.curves, device))
     return tasks
 
 

@@ -239,8 +239,8 @@ def test_runner_trains_exactly_n_updates_with_learn_n_iterations(tmp_path, monke
     spec = get_experiment("tabular_single").build(3, True)["K100"]["pg"]
     calls = []
 
-    def spy(spec, seed, n_seeds=1):
-        model = build_model(spec, seed, n_seeds)
+    def spy(spec, seed, n_seeds=1, device="cpu"):
+        model = build_model(spec, seed, n_seeds, device)
         learn, train = model.learn, model.train
 
         def recorded_learn(*args, **kwargs):

@@ -21,6 +21,21 @@ COLORS = {"tpo": "C3", "grpo": "C1", "dg": "C0", "ppo": "C2", "pg": "C2", "ce": 
           "grpo_no_kl": "C5", "tpo_no_anchor": "C6", "tpo_1ep": "C9", "grpo_masked": "C8"}
 
 
+def save_panels(fig: Any, flat: Any, n_used: int, title: str, path: Path, fontsize: float = 9) -> None:
+    """Finish a grid of panels: blank the unused ones (after the first ``n_used``), legend the first,
+    title the figure, and write it to ``path`` (folders created) as a PNG, closing the figure."""
+    import matplotlib.pyplot as plt
+
+    for ax in flat[n_used:]:
+        ax.axis("off")
+    flat[0].legend(fontsize=6)
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _panel(ax: Any, runs: dict[str, Runs], algos: list[str], key: str, log: bool, title: str) -> None:
     for algo in algos:
         r = runs.get(algo)
@@ -76,11 +91,4 @@ def draw(experiment: Experiment, runs: dict[str, dict[str, Runs]], order: list[t
                      fontsize=9)
         ax.axhline(0, color="k", lw=0.5)
         ax.legend(fontsize=6)
-    for ax in flat[n:]:
-        ax.axis("off")
-    flat[0].legend(fontsize=6)
-    fig.suptitle(f"{experiment.paper}: seed mean ± s.e.", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_panels(fig, flat, n, f"{experiment.paper}: seed mean ± s.e.", path, fontsize=10)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.figures import save_panels
 from experiments.metrics import bootstrap_profile, score_profile
 
 N_TAUS = 200
@@ -70,11 +71,5 @@ def draw_profiles(title: str, curves: dict[str, dict[str, dict[str, list[float]]
         ax.set_ylabel("fraction of seeds <= tau", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, which="both", lw=0.4)
-    for ax in flat[len(curves):]:
-        ax.axis("off")
-    flat[0].legend(fontsize=6)
-    fig.suptitle(f"{title}\nperformance profiles over seeds, 95% bootstrap bands", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    heading = f"{title}\nperformance profiles over seeds, 95% bootstrap bands"
+    save_panels(fig, flat, len(curves), heading, path)

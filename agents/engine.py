@@ -12,8 +12,10 @@ table, and the exact rewards ``r[c, a]`` of a tabular env are fixed (its correct
 In single mode on a one-context table (the k-armed bandit, paper Sec. 3.1) the generic path steps B
 sub-envs per member and samples each row's action from that row's copy of the one distribution;
 :class:`TableSingleCollector` draws each member's B actions from its one row of ``pi = softmax(z)``
-(inverse CDF, the member's generator: the same uniforms, so the same actions) and reads the rewards
-from the arms' rewards, scored by the env once.
+(inverse CDF, the member's generator: the same uniforms, so the same actions), reads the rewards
+from the arms' rewards, scored by the env once, and hands the single mode a ``TableSamples`` batch:
+each member's one row ``[S, A]`` (computed once with gradient, for the first epoch too) instead of the
+generic batch's ``[S*B, A]`` copies of it, which the mode's views gather from.
 
 On images (the MLP on MNIST, single and population modes) the generic path resets the env, which
 copies the drawn images out of the data set, and steps it (the one-step episodes autoreset, which copies
@@ -27,8 +29,8 @@ The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's 
 ``agents.losses`` on the mode's views); with a fused collector the learn loop computes the ``train/``
 diagnostics (the loss's stats, the gradient norm, the KL to pi_old) only for updates whose logs are
 written (every ``log_interval``) or when a callback asks for them (``wants_train_diagnostics``).
-Everything else covers no engine yet (tabular single mode, the MLP, the transformer, text) and goes the
-generic path, which stays the reference: ``tests/test_engine.py`` holds the two equal.
+Everything else (multi-context tables in single mode, the transformer, text) goes the generic path,
+which stays the reference: ``tests/test_engine.py`` holds the two equal.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from agents.modes.single import SingleMode
 from agents.policies.base import multinomial_rows
 from agents.policies.mlp import MlpSoftmaxPolicy
 from agents.policies.tabular import TabularSoftmaxPolicy
-from agents.rollout import Episodes, Population, collect_population
+from agents.rollout import Episodes, Population, TableSamples, collect_population
 from tpo_gym.envs.mnist import MNISTBanditVectorEnv
 
 Collector = Callable[[BaseCallback], Any]
@@ -132,7 +134,7 @@ class TableSingleCollector:
         scores = th.as_tensor(env.score_candidates(arms), dtype=th.float32, device=model.device)
         return scores.reshape(model.n_seeds, -1, n_arms)[:, 0]
 
-    def __call__(self, callback: BaseCallback) -> Episodes | None:
+    def __call__(self, callback: BaseCallback) -> TableSamples | None:
         model = self.model
         policy = model.policy
         policy.set_training_mode(False)
@@ -140,24 +142,14 @@ class TableSingleCollector:
         if self._arm_rewards is None:
             self._arm_rewards = self._rewards_of_arms()
         n_members, per_member = model.n_seeds, model.mode.n_envs
-        with th.no_grad():
-            table = policy.all_log_probs().reshape(n_members, -1)  # [S, A]: the one context
-            actions = multinomial_rows(table, per_member, policy.member_generators)  # [S, B]
+        log_probs = policy.all_log_probs().reshape(n_members, -1)  # [S, A] with gradient: the first epoch's
+        old_log_probs = log_probs.detach()
+        actions = multinomial_rows(old_log_probs, per_member, policy.member_generators)  # [S, B]
         rewards = self._arm_rewards.gather(1, actions).reshape(-1, 1)
-        n = n_members * per_member
-        if not model.count_interactions(callback, n):
+        if not model.count_interactions(callback, n_members * per_member):
             return None
-        old_log_probs = table.unsqueeze(1).expand(n_members, per_member, -1).reshape(n, 1, -1)
-        batch = Episodes(
-            obs=th.full((n, 1), policy.obs_start, dtype=th.int64, device=model.device),
-            actions=actions.reshape(n, 1),
-            old_log_probs=old_log_probs,
-            token_rewards=rewards,
-            returns=rewards[:, 0].clone(),
-            contexts=th.zeros(n, dtype=th.int64, device=model.device),
-            n_contexts=n,
-            group_size=1,
-        )
+        batch = TableSamples(actions, rewards, rewards[:, 0].clone(), old_log_probs,
+                             first_log_probs=log_probs)
         model.record_batch(batch)
         callback.on_rollout_end()
         return batch

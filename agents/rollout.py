@@ -79,6 +79,30 @@ class Population:
     first_log_probs: th.Tensor | None = field(default=None, repr=False)
 
 
+@dataclass
+class TableSamples:
+    """B sampled actions per member from a one-context logit table (the k-armed bandit in single mode,
+    ``agents.engine.TableSingleCollector``): the batch of ``Episodes`` with T = 1 without its
+    ``[S*B, A]`` copies of the one row per member, which the single mode's views gather from instead.
+
+    ``token_rewards`` and ``returns`` are as in ``Episodes`` (member-major rows, so the episode modes'
+    ``rollout/`` metrics and monitor rows read them alike).
+    """
+
+    actions: th.Tensor  # [S, B] each member's sampled arms
+    token_rewards: th.Tensor  # [S*B, 1]
+    returns: th.Tensor  # [S*B]
+    old_log_probs: th.Tensor  # [S, A] log pi_old of each member's one context
+    prompts: None = None
+    #: log pi_theta [S, A] with gradient, for the first epoch (see ``Episodes.first_log_probs``).
+    first_log_probs: th.Tensor | None = field(default=None, repr=False)
+
+    def expanded(self, log_probs: th.Tensor) -> th.Tensor:
+        """Member rows ``[S, A]`` repeated for each sample as ``Episodes`` holds them: ``[S*B, 1, A]``."""
+        n_members, per_member = self.actions.shape
+        return log_probs.unsqueeze(1).expand(n_members, per_member, -1).reshape(-1, 1, log_probs.shape[-1])
+
+
 def take_first_log_probs(batch: Any) -> th.Tensor | None:
     """The log-probabilities with gradient that a fused collector computed for the batch's first
     epoch (``first_log_probs``), handed out once: later epochs, after an optimizer step, compute their own."""

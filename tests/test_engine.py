@@ -119,15 +119,17 @@ def test_a_stopping_callback_stops_the_fused_loop() -> None:
 
 SINGLE_RUNS = {
     "tpo": {"baseline": 0.5}, "grpo": {}, "dg": {"baseline": 0.5}, "pg": {"baseline": "batch_mean"},
-    "group_pg": {}, "tpo_interactions": {"match": "interactions", "group_size": 4},
+    "group_pg": {}, "tpo/interactions": {"match": "interactions", "group_size": 4},
+    "tpo/2 epochs": {"baseline": 0.5, "n_epochs": 2}, "ppo/2 epochs": {"n_epochs": 2},
+    "dg/expected": {"baseline": "expected"}, "tpo/expected": {"baseline": "expected"},
 }
 
 
 def single_model(name: str, n_seeds: int, engine: bool, folder: Any = None) -> Any:
-    algo = name.split("_")[0] if name.endswith("interactions") else name
-    model = make_agent(algo, "TabularPolicy", "TPO/KArmedBandit-v0", env_kwargs={"n_arms": 7},
-                       group_mode="single", batch_size=6, learning_rate=0.1, n_epochs=1, seed=5,
-                       n_seeds=n_seeds, monitor_dir=folder, **SINGLE_RUNS[name])  # fmt: skip
+    settings = {"n_epochs": 1, **SINGLE_RUNS[name]}
+    model = make_agent(name.split("/")[0], "TabularPolicy", "TPO/KArmedBandit-v0", env_kwargs={"n_arms": 7},
+                       group_mode="single", batch_size=6, learning_rate=0.1, seed=5,
+                       n_seeds=n_seeds, monitor_dir=folder, **settings)  # fmt: skip
     model.use_engine = engine
     return model
 

@@ -13,7 +13,7 @@ from agents import losses
 from agents.modes.base import EnvTraits, GroupView, SampleView, StepHook
 from agents.modes.episodes import EpisodeMode
 from agents.policies.protocols import ActionPolicy
-from agents.rollout import Episodes, collect_episodes
+from agents.rollout import Episodes, TableSamples, collect_episodes, take_first_log_probs
 
 
 class SingleMode(EpisodeMode):
@@ -25,6 +25,11 @@ class SingleMode(EpisodeMode):
     reward minus the baseline; on a tabular env (a ``Discrete`` context index) the samples of one
     context form one group whose scores are their mean (paper Sec. 3.1); elsewhere (MNIST) every
     sample is its own group, even if two samples drew the same image (paper Sec. 3.3).
+
+    A :class:`~agents.rollout.TableSamples` batch (a one-context table's samples, from the fused
+    collector) has the same views, gathered from each member's one row ``[S, A]`` instead of its
+    ``[S*B, A]`` copies: the sampled log-probs ``log pi(a_b)``, and the group's scores
+    ``S[a] = (1/B) sum_b A_b [a_b = a]`` summed into the row (the context mean of the one-hot scores).
     """
 
     name = "single"
@@ -60,20 +65,38 @@ class SingleMode(EpisodeMode):
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Episodes | None:
         return collect_episodes(env, policy, 1, on_step)
 
-    def _advantages(self, batch: Episodes, rewards: th.Tensor) -> th.Tensor:
+    def log_probs(self, policy: ActionPolicy, batch: Episodes | TableSamples) -> th.Tensor:
+        if not isinstance(batch, TableSamples):
+            return super().log_probs(policy, batch)
+        first = take_first_log_probs(batch)
+        return policy.all_log_probs().reshape(len(batch.actions), -1) if first is None else first
+
+    def _advantages(self, batch: Episodes | TableSamples, rewards: th.Tensor) -> th.Tensor:
+        if self.baseline != "expected":  # reads no log-probs
+            return self.per_member(lambda r: losses.baseline_advantages(r, self.baseline), rewards)
+
         def advantages(rewards: th.Tensor, old_log_probs: th.Tensor) -> th.Tensor:
             return losses.baseline_advantages(rewards, self.baseline, old_log_probs)
 
-        return self.per_member(advantages, rewards, batch.old_log_probs[:, 0])
+        old = batch.old_log_probs
+        first_step = batch.expanded(old)[:, 0] if isinstance(batch, TableSamples) else old[:, 0]
+        return self.per_member(advantages, rewards, first_step)
 
-    def sample_view(self, batch: Episodes, log_probs: th.Tensor) -> SampleView:
-        actions = batch.actions.unsqueeze(-1)
+    def sample_view(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> SampleView:
+        if isinstance(batch, TableSamples):  # member rows [S, A], actions [S, B]
+            logp = log_probs.gather(1, batch.actions).reshape(-1, 1)
+            old_logp = batch.old_log_probs.gather(1, batch.actions).reshape(-1, 1)
+            actions = batch.actions.reshape(-1, 1)
+        else:
+            logp = log_probs.gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
+            old_logp = batch.old_log_probs.gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
+            actions = batch.actions
         return SampleView(
-            logp=log_probs.gather(-1, actions).squeeze(-1),
-            old_logp=batch.old_log_probs.gather(-1, actions).squeeze(-1),
+            logp=logp,
+            old_logp=old_logp,
             rewards=batch.token_rewards,
             advantages=self._advantages(batch, batch.token_rewards),
-            actions=batch.actions,
+            actions=actions,
             sequence_advantages=self._advantages(batch, batch.token_rewards.sum(-1)),
             n_actions=log_probs.shape[-1],
         )
@@ -94,12 +117,22 @@ class SingleMode(EpisodeMode):
                              "train seeds of a multi-context table in population mode, or one at a time")
         return keyed.flatten()
 
-    def group_view(self, batch: Episodes, log_probs: th.Tensor) -> GroupView:
+    def group_view(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> GroupView:
         n_actions = log_probs.shape[-1]
         advantages = self._advantages(batch, batch.token_rewards.sum(-1))
+        if isinstance(batch, TableSamples):  # one group per member: its row, its samples' mean scores
+            n_members, per_member = batch.actions.shape
+            total = advantages.new_zeros(n_members, n_actions).scatter_add_(
+                1, batch.actions, advantages.detach().reshape(n_members, per_member))
+            return GroupView(log_probs, batch.old_log_probs, total / per_member)
         scores = losses.onehot_scores(batch.actions[:, 0], advantages, n_actions)
         logscores, old_logscores = log_probs[:, 0], batch.old_log_probs[:, 0]
         if self.tabular:
             scores, first = losses.context_mean_scores(scores, self._member_contexts(batch.contexts))
             logscores, old_logscores = logscores[first], old_logscores[first]
         return GroupView(logscores, old_logscores, scores)
+
+    def approx_kl(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> th.Tensor:
+        if isinstance(batch, TableSamples):  # over every sample's state, as the generic batch holds them
+            return losses.policy_kl(batch.expanded(batch.old_log_probs), batch.expanded(log_probs))
+        return super().approx_kl(batch, log_probs)

@@ -88,9 +88,9 @@ class TabularSoftmaxPolicy(GroupPolicy):
 
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
         contexts = self.context_index(obs)
+        # the table is normalised once, then its rows gathered (rows repeat contexts)
         if self.n_members == 1:
-            return torch.log_softmax(self.logits[contexts], dim=-1)
-        # each member's table is normalised once, then its rows gathered (rows repeat contexts)
+            return torch.log_softmax(self.logits, dim=-1)[contexts]
         return torch.log_softmax(self.logits, dim=-1)[self.member_index(len(contexts)), contexts]
 
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -176,3 +178,13 @@ def test_normalized_step_moves_by_alpha_in_global_norm() -> None:
     opt2.load_state_dict(opt.state_dict())
     assert [g["lr"] for g in opt2.param_groups] == [0.1, 0.1]
     assert [g["step"] for g in opt2.param_groups] == [2, 2]
+
+
+def test_a_tabular_run_never_imports_the_compiler() -> None:
+    """Our optimizers skip torch's compile guards, whose first call imports torch._dynamo (~2 s a process)."""
+    code = ("import sys; import tpo_gym; from agents.zoo.registry import make_agent; "
+            "m = make_agent('tpo', 'TabularPolicy', 'TPO/MultiContextBandit-v0', n_seeds=2, seed=0); "
+            "m.learn(n_iterations=2); m.policy.optimizer.load_state_dict(m.policy.optimizer.state_dict()); "
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-1] == "False"

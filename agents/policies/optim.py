@@ -12,6 +12,10 @@ it runs Newton-Schulz in bfloat16, has no bias correction of the Nesterov moment
 ``(out, in)`` convention; on a flax ``(in, out)`` parameter that is the inverse factor), and defaults to a
 weight decay of 0.1. It also handles 2-D parameters only, so it cannot be the Adam part.
 
+Both are :class:`EagerOptimizer` s: torch's ``Optimizer`` without the ``torch.compile`` guards of its
+bookkeeping methods, whose first call imports ``torch._dynamo`` (about 2 s, more than a small bandit
+run's whole update loop).
+
 Both optimizers keep one step counter per parameter group (``group["step"]``); every call of
 :meth:`step` advances the counters of all groups together, so the counter is effectively per optimizer
 (as optax's ``count``), and it is saved by ``state_dict()``.
@@ -27,12 +31,31 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-__all__ = ["MuonAdam", "NormalizedStep", "newton_schulz", "split_muon_adam"]
+__all__ = ["EagerOptimizer", "MuonAdam", "NormalizedStep", "newton_schulz", "split_muon_adam"]
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 
-class NormalizedStep(Optimizer):
+def _without_compile_guard(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` as written, without the ``torch._disable_dynamo`` wrapper it is decorated with (the
+    wrapper keeps the function's ``__wrapped__``; a method without one is returned as it is)."""
+    return getattr(method, "__wrapped__", method)
+
+
+class EagerOptimizer(Optimizer):
+    """torch's ``Optimizer`` whose ``add_param_group``, ``zero_grad``, ``state_dict`` and
+    ``load_state_dict`` run as written: torch wraps them in ``torch._disable_dynamo``, which imports
+    ``torch._dynamo`` on first call (about 2 s per process: building an optimizer, or one
+    ``zero_grad``). The guards only keep ``torch.compile`` from tracing into these methods; this
+    project's optimizers run eagerly."""
+
+    add_param_group = _without_compile_guard(Optimizer.add_param_group)
+    zero_grad = _without_compile_guard(Optimizer.zero_grad)
+    state_dict = _without_compile_guard(Optimizer.state_dict)
+    load_state_dict = _without_compile_guard(Optimizer.load_state_dict)
+
+
+class NormalizedStep(EagerOptimizer):
     """Normalized gradient step: ``p <- p - lr * grad / sqrt(sum(grad**2) + eps)``.
 
     The sum runs over **all** gradients of the optimizer (every group), so the whole parameter vector
@@ -144,7 +167,7 @@ def split_muon_adam(
     return out
 
 
-class MuonAdam(Optimizer):
+class MuonAdam(EagerOptimizer):
     """optax 0.2.8 ``contrib.muon`` (defaults) as one PyTorch optimizer.
 
     Muon part (groups with ``kind="muon"``; parameters must be 2-D in the flax ``(fan_in, fan_out)``

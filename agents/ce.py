@@ -28,4 +28,4 @@ class CE(GroupAlgorithm):
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
     def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
-        return losses.ce_loss(view.log_probs, view.rewards.argmax(-1)), {}
+        return losses.ce_loss(view.log_probs, losses.argmax_last(view.rewards)), {}

@@ -55,6 +55,44 @@ def _check_groups(x: torch.Tensor, name: str = "log-scores") -> None:
         )
 
 
+def _action_major(x: torch.Tensor) -> bool:
+    """Whether ``x`` [..., K] lies in memory with its last axis outermost (``x.movedim(-1, 0)`` is
+    contiguous): the layout of a logit table with few actions (``TabularSoftmaxPolicy``)."""
+    return x.dim() > 1 and x.shape[-1] > 1 and x.movedim(-1, 0).is_contiguous()
+
+
+def log_softmax_last(x: torch.Tensor) -> torch.Tensor:
+    """``log_softmax`` over the last axis K, computed over the outermost memory axis when ``x`` is
+    action-major (:func:`_action_major`): on the CPU torch's kernel along a short contiguous last axis
+    (K = 2..10) is 2-10x slower than along an outer axis. Same values up to rounding, same layout
+    as ``x``; any other tensor takes ``torch.log_softmax(x, -1)``."""
+    if _action_major(x):
+        return torch.log_softmax(x.movedim(-1, 0), 0).movedim(0, -1)
+    return torch.log_softmax(x, -1)
+
+
+def softmax_last(x: torch.Tensor) -> torch.Tensor:
+    """``softmax`` over the last axis K, as :func:`log_softmax_last` computes it."""
+    if _action_major(x):
+        return torch.softmax(x.movedim(-1, 0), 0).movedim(0, -1)
+    return torch.softmax(x, -1)
+
+
+def argmax_last(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(-1)``: the first index of each maximum over the last axis K. For an action-major
+    ``x`` (:func:`_action_major`), whose strided argmax is about 20x slower, it is read from
+    ``m = max_K x`` as ``K - max_k (K - k) [x_k = m]`` (reductions over the outer axis); NaN rows take
+    ``torch.argmax``'s answer."""
+    if not _action_major(x):
+        return x.argmax(-1)
+    n = x.shape[-1]
+    best = x.amax(-1, keepdim=True)
+    if torch.isnan(best).any():
+        return x.contiguous().argmax(-1)
+    first_weight = torch.arange(n, 0, -1, device=x.device)  # K - k
+    return n - ((x == best) * first_weight).amax(-1)
+
+
 def _popstd(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Population standard deviation sqrt(mean((x - mean x)^2)), keepdim."""
     return (x - x.mean(dim, keepdim=True)).pow(2).mean(dim, keepdim=True).sqrt()
@@ -62,6 +100,15 @@ def _popstd(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------------
 # Group primitives
+
+
+def _all_finite(x: torch.Tensor) -> bool:
+    """Whether every entry of ``x`` is finite: its min and max are (both are NaN where one entry is),
+    read in memory order (one pass, 4x faster than ``isfinite(x).all()``)."""
+    if not x.is_floating_point() or x.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(x.movedim(-1, 0) if _action_major(x) else x)
+    return bool(torch.isfinite(lo) & torch.isfinite(hi))
 
 
 def check_scores(scores: torch.Tensor, logscores: torch.Tensor | None = None) -> None:
@@ -72,7 +119,7 @@ def check_scores(scores: torch.Tensor, logscores: torch.Tensor | None = None) ->
         raise ValueError(
             f"scores {tuple(scores.shape)} and log-scores {tuple(logscores.shape)} must have the same shape"
         )
-    if not torch.isfinite(scores).all():
+    if not _all_finite(scores.detach()):
         bad = scores[~torch.isfinite(scores)].flatten()[:3].tolist()
         raise ValueError(f"scores must be finite numbers; got {bad} (NaN or infinite)")
 
@@ -106,8 +153,8 @@ def tpo_target(
     check_scores(scores, old_logscores)
     logits = standardize(scores.detach()) / eta
     if anchor:
-        logits = logits + torch.log_softmax(old_logscores.detach(), -1)
-    return torch.softmax(logits, -1)
+        logits = logits + log_softmax_last(old_logscores.detach())
+    return softmax_last(logits)
 
 
 def tpo_loss(logscores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -117,7 +164,7 @@ def tpo_loss(logscores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     Gradient w.r.t. the group logscores: (p - q) / n_groups. Duplicate candidates stay separate entries.
     """
     _check_groups(logscores)
-    return -(target.detach() * torch.log_softmax(logscores, -1)).sum(-1).mean()
+    return -(target.detach() * log_softmax_last(logscores)).sum(-1).mean()
 
 
 def group_pg_loss(logscores: torch.Tensor, scores: torch.Tensor, eta: float = 1.0) -> torch.Tensor:
@@ -386,7 +433,7 @@ def k3_kl(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Te
 def effective_group_size(logscores: torch.Tensor) -> torch.Tensor:
     """exp(H(p)) of p = softmax_K(L) per group ``[..., K]``, averaged over groups: K for a uniform
     group, 1 when one candidate takes all the mass (then the TPO target equals p_old)."""
-    log_p = torch.log_softmax(logscores, -1)
+    log_p = log_softmax_last(logscores)
     return torch.exp(-(log_p.exp() * log_p).sum(-1)).mean()
 
 
@@ -410,7 +457,7 @@ def group_diagnostics(scores: torch.Tensor) -> dict[str, torch.Tensor]:
 @torch.no_grad()
 def target_gap(logscores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """mean |p - q| over all candidates, p = softmax_K(L): how far the policy is from the TPO target."""
-    return (logscores.log_softmax(-1).exp() - target).abs().mean()
+    return (log_softmax_last(logscores).exp() - target).abs().mean()
 
 
 @torch.no_grad()

@@ -318,9 +318,12 @@ def collect_population(
     obs, _ = env.reset(options=options)
     n_actions = int(env.single_action_space.n)
     all_actions = np.ascontiguousarray(np.broadcast_to(np.arange(n_actions), (env.num_envs, n_actions)))
-    rewards = _as_tensor(env.score_candidates(all_actions), device).float()
     obs_t = _as_tensor(obs, device)
-    return Population(obs=obs_t, rewards=rewards, old_log_probs=policy.action_log_probs(obs_t))
+    old_log_probs = policy.action_log_probs(obs_t)
+    # the rewards in the log-probs' memory layout (an action-major table's), so that the losses'
+    # elementwise ops and reductions over the actions run in one layout
+    rewards = th.empty_like(old_log_probs).copy_(_as_tensor(env.score_candidates(all_actions), device))
+    return Population(obs=obs_t, rewards=rewards, old_log_probs=old_log_probs)
 
 
 def distinct_sequences(episodes: Episodes | TokenGroups, n_members: int = 1) -> tuple[th.Tensor, th.Tensor]:

@@ -34,7 +34,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.losses import cosine_misalignment
+from agents.losses import cosine_misalignment, softmax_last
 from experiments.metrics import mechanism
 
 ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean", "rollout/mean_score", "rollout/format_rate",
@@ -171,7 +171,7 @@ class TabularSingleRecorder(CurveRecorder):
 
     def before_update(self, row: Row) -> None:
         self._before = _tables(self.model)
-        pi = th.softmax(self._before[:, 0], -1).numpy()
+        pi = softmax_last(self._before[:, 0]).numpy()
         y = int(_correct_arms(self.model, 1)[0])
         row["batch_error"] = row["error"]
         row["error"] = 1.0 - pi[:, y]
@@ -193,7 +193,7 @@ class TabularMultiRecorder(CurveRecorder):
         """softmax(``table``) over the arms; the last table's is reused (the table after an update is
         the one before the next: one softmax per update)."""
         if self._last is None or not th.equal(self._last[0], table):
-            self._last = (table, th.softmax(table, -1).numpy())
+            self._last = (table, softmax_last(table).numpy())
         return self._last[1]
 
     def before_update(self, row: Row) -> None:

@@ -337,3 +337,19 @@ def test_grouped_completion_log_probs_equal_the_plain_forward_and_its_gradient()
         (weights * log_probs).sum().backward(retain_graph=True)
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-4)
+
+
+def test_a_small_multi_context_table_lies_action_major_and_saves_as_it_is(tmp_path) -> None:
+    """Few actions: the actions axis outermost in memory (fast softmax), invisible in values and files."""
+    from agents.zoo.registry import get_algo, make_agent
+
+    model = make_agent("tpo", "TabularPolicy", "TPO/MultiContextBandit-v0", n_seeds=2, seed=1,
+                       env_kwargs={"n_contexts": 4, "n_arms": 3}, policy_kwargs={"init": "normal"})
+    logits = model.policy.logits
+    assert logits.shape == (2, 4, 3) and logits.movedim(-1, 0).is_contiguous()
+    model.learn(n_iterations=2)
+    model.save(tmp_path / "model.zip")
+    loaded = get_algo("tpo").load(tmp_path / "model.zip")
+    assert torch.equal(loaded.policy.logits.detach(), logits.detach())
+    single = make_agent("tpo", "TabularPolicy", "TPO/KArmedBandit-v0", env_kwargs={"n_arms": 3})
+    assert single.policy.logits.is_contiguous()  # one context: the row stays contiguous

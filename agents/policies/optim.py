@@ -91,7 +91,8 @@ class NormalizedStep(EagerOptimizer):
         members = self.n_members
         sq = torch.zeros(() if members == 1 else (members,), dtype=torch.float64, device=grads[0].device)
         for g in grads:
-            sq += g.double().square().sum() if members == 1 else g.double().square().flatten(1).sum(1)
+            squares = g.double().square()
+            sq += squares.sum() if members == 1 else squares.sum(tuple(range(1, g.dim())))
         eps = self.param_groups[0]["eps"]
         inv_norm = 1.0 / torch.sqrt(sq + eps)
         for group in self.param_groups:

@@ -141,21 +141,21 @@ class CurveRecorder(BaseCallback):
 
 
 def _tables(model: Any) -> th.Tensor:
-    """A copy of every member's logit table in float64, ``[S, n_contexts, n_actions]``."""
-    table = model.policy.logits.detach().double().clone()
+    """A copy of every member's logit table in float64, ``[S, n_contexts, n_actions]`` (in the table's
+    memory layout)."""
+    table = model.policy.logits.detach().to(th.float64, copy=True)
     return table.reshape(model.n_seeds, *table.shape[-2:])
 
 
-def _misalignment(g1: np.ndarray, g2: np.ndarray) -> np.ndarray:
+def _misalignment(g1: th.Tensor, g2: th.Tensor) -> np.ndarray:
     """1 - cos(g1[m], g2[m]) of each member m (leading axis, the rest flattened) in float64, with the
     1e-12 guards of ``agents.losses.cosine_misalignment``: that function itself for one member (a single
-    run records the same values to the bit as before populations), its formula vectorised for several."""
+    run records the same values to the bit as before populations), its formula per member for several."""
     if len(g1) == 1:
-        return np.array([float(cosine_misalignment(th.as_tensor(g1, dtype=th.float64),
-                                                   th.as_tensor(g2, dtype=th.float64)))])
-    g1, g2 = g1.reshape(len(g1), -1), g2.reshape(len(g2), -1)
-    norms = np.sqrt(np.einsum("sn,sn->s", g1, g1) + 1e-12) * np.sqrt(np.einsum("sn,sn->s", g2, g2) + 1e-12)
-    return 1 - np.einsum("sn,sn->s", g1, g2) / norms
+        return np.array([float(cosine_misalignment(g1, g2))])
+    dims = tuple(range(1, g1.dim()))
+    norms = ((g1 * g1).sum(dims) + 1e-12).sqrt() * ((g2 * g2).sum(dims) + 1e-12).sqrt()
+    return (1 - (g1 * g2).sum(dims) / norms).numpy()
 
 
 def _correct_arms(model: Any, n_contexts: int) -> np.ndarray:
@@ -171,15 +171,14 @@ class TabularSingleRecorder(CurveRecorder):
 
     def before_update(self, row: Row) -> None:
         self._before = _tables(self.model)
-        pi = softmax_last(self._before[:, 0]).numpy()
+        pi = softmax_last(self._before[:, 0])
         y = int(_correct_arms(self.model, 1)[0])
         row["batch_error"] = row["error"]
-        row["error"] = 1.0 - pi[:, y]
-        self._oracle = pi[:, y:y + 1] * (np.eye(pi.shape[1])[y] - pi)
+        row["error"] = 1.0 - pi[:, y].numpy()
+        self._oracle = pi[:, y:y + 1] * (th.eye(pi.shape[1], dtype=th.float64)[y] - pi)
 
     def after_update(self, row: Row) -> None:
-        delta = (_tables(self.model) - self._before)[:, 0].numpy()
-        row["misalignment"] = _misalignment(delta, self._oracle)
+        row["misalignment"] = _misalignment((_tables(self.model) - self._before)[:, 0], self._oracle)
 
 
 class TabularMultiRecorder(CurveRecorder):
@@ -187,27 +186,31 @@ class TabularMultiRecorder(CurveRecorder):
 
     def __init__(self) -> None:
         super().__init__()
-        self._last: tuple[th.Tensor, np.ndarray] | None = None
+        self._last: tuple[th.Tensor, th.Tensor] | None = None
+        self._onehot: th.Tensor | None = None  # e_y of every context, [S, C, A] in float64
 
-    def _probs(self, table: th.Tensor) -> np.ndarray:
+    def _probs(self, table: th.Tensor) -> th.Tensor:
         """softmax(``table``) over the arms; the last table's is reused (the table after an update is
         the one before the next: one softmax per update)."""
         if self._last is None or not th.equal(self._last[0], table):
-            self._last = (table, softmax_last(table).numpy())
+            self._last = (table, softmax_last(table))
         return self._last[1]
 
     def before_update(self, row: Row) -> None:
         self._before = _tables(self.model)
         pi = self._probs(self._before)
-        self._labels = _correct_arms(self.model, pi.shape[1])
-        self._ce = np.eye(pi.shape[2])[self._labels] - pi
+        if self._onehot is None:
+            labels = th.as_tensor(_correct_arms(self.model, pi.shape[1]))
+            self._onehot = th.zeros_like(pi)
+            self._onehot[:, th.arange(pi.shape[1]), labels] = 1.0
+        self._ce = self._onehot - pi
         row["batch_error"] = row.pop("error")
 
     def after_update(self, row: Row) -> None:
         after = _tables(self.model)
         pi = self._probs(after)
-        row["error"] = 1.0 - pi[:, np.arange(pi.shape[1]), self._labels].mean(1)
-        row["misalignment"] = _misalignment((after - self._before).numpy(), self._ce)
+        row["error"] = (1.0 - (pi * self._onehot).sum(-1).mean(1)).numpy()
+        row["misalignment"] = _misalignment(after - self._before, self._ce)
 
 
 class MNISTRecorder(CurveRecorder):

@@ -124,7 +124,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
         meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
                 "spec": asdict(spec), "fingerprint": spec.fingerprint(), "wall_s": wall / len(job),
                 "n_members": len(job), "batch_wall_s": wall, "host": platform.node(), "device": first.device,
-                "torch": torch.__version__, "python": platform.python_version(), "code": code}
+                "torch": str(torch.__version__), "python": platform.python_version(), "code": code}
         results.append((task.path, kept(recorder.arrays(member), task.curves), meta))
     return results, wall
 

@@ -4,6 +4,8 @@ writes the same seed files as one process per seed (experiments/runner.py, exper
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -100,3 +102,20 @@ def test_dry_run_shows_how_seeds_are_batched(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "seed_0..1.npz (2 seeds, one model)" in text and "tpo/seed_2.npz" in text
     assert not list(tmp_path.iterdir())
+
+
+def test_the_parent_of_a_multi_process_run_never_imports_torch(tmp_path):
+    """torch takes seconds to import: the parent of `--n-jobs 2` only plans, collects and writes, so neither
+    its modules nor a finished job's results (plain Python and NumPy values) may pull it in."""
+    blob = tmp_path / "results.pkl"
+    train = ("import pickle, sys; from experiments.jobs import train_job; "
+             "from experiments.runner import plan, plan_jobs; "
+             "from experiments.definitions import get_experiment; "
+             "tasks = plan(get_experiment('tabular_single'), sys.argv[2], True, 2, 2, ('pg',), None, 'cpu'); "
+             "open(sys.argv[1], 'wb').write(pickle.dumps(train_job(plan_jobs(tasks, 2)[0])))")
+    subprocess.run([sys.executable, "-c", train, str(blob), str(tmp_path)], check=True)
+    parent = ("import pickle, sys; import experiments.run, benchmarks.speed, experiments.report; "
+              "pickle.loads(open(sys.argv[1], 'rb').read()); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", parent, str(blob)], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split()[-1] == "False"

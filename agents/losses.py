@@ -19,6 +19,8 @@ Notation follows the paper (arXiv 2604.06159, Sec. 2): ``sg`` = stop-gradient (`
 popstd = population std (divide by N). docs/algorithms.md states every formula with its choices.
 """
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -61,21 +63,25 @@ def _action_major(x: torch.Tensor) -> bool:
     return x.dim() > 1 and x.shape[-1] > 1 and x.movedim(-1, 0).is_contiguous()
 
 
+def _along_last(op: Callable[[torch.Tensor, int], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``op(x, -1)``, computed as ``op`` over the outermost memory axis when ``x`` is action-major
+    (:func:`_action_major`); the result has ``x``'s layout."""
+    if _action_major(x):
+        return op(x.movedim(-1, 0), 0).movedim(0, -1)
+    return op(x, -1)
+
+
 def log_softmax_last(x: torch.Tensor) -> torch.Tensor:
     """``log_softmax`` over the last axis K, computed over the outermost memory axis when ``x`` is
     action-major (:func:`_action_major`): on the CPU torch's kernel along a short contiguous last axis
     (K = 2..10) is 2-10x slower than along an outer axis. Same values up to rounding, same layout
     as ``x``; any other tensor takes ``torch.log_softmax(x, -1)``."""
-    if _action_major(x):
-        return torch.log_softmax(x.movedim(-1, 0), 0).movedim(0, -1)
-    return torch.log_softmax(x, -1)
+    return _along_last(torch.log_softmax, x)
 
 
 def softmax_last(x: torch.Tensor) -> torch.Tensor:
     """``softmax`` over the last axis K, as :func:`log_softmax_last` computes it."""
-    if _action_major(x):
-        return torch.softmax(x.movedim(-1, 0), 0).movedim(0, -1)
-    return torch.softmax(x, -1)
+    return _along_last(torch.softmax, x)
 
 
 def argmax_last(x: torch.Tensor) -> torch.Tensor:

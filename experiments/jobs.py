@@ -119,13 +119,13 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     if recorder.updates_done != spec.n_updates:
         raise RuntimeError(f"{describe(job)}: ran {recorder.updates_done} updates, expected {spec.n_updates}")
     wall = time.perf_counter() - start
-    results = []
+    results, curves = [], recorder.member_arrays()
     for member, task in enumerate(job):
         meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
                 "spec": asdict(spec), "fingerprint": spec.fingerprint(), "wall_s": wall / len(job),
                 "n_members": len(job), "batch_wall_s": wall, "host": platform.node(), "device": first.device,
                 "torch": str(torch.__version__), "python": platform.python_version(), "code": code}
-        results.append((task.path, kept(recorder.arrays(member), task.curves), meta))
+        results.append((task.path, kept(curves[member], task.curves), meta))
     return results, wall
 
 

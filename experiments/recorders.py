@@ -149,13 +149,19 @@ def _tables(model: Any) -> th.Tensor:
 
 def _misalignment(g1: th.Tensor, g2: th.Tensor) -> np.ndarray:
     """1 - cos(g1[m], g2[m]) of each member m (leading axis, the rest flattened) in float64, with the
-    1e-12 guards of ``agents.losses.cosine_misalignment``: that function itself for one member (a single
-    run records the same values to the bit as before populations), its formula per member for several."""
+    1e-12 guards of ``agents.losses.cosine_misalignment``: that function itself for one member, its
+    formula per member for several, the three sums as one batched Gram matrix ``[g1; g2] [g1; g2]^T``."""
     if len(g1) == 1:
-        return np.array([float(cosine_misalignment(g1, g2))])
-    dims = tuple(range(1, g1.dim()))
-    norms = ((g1 * g1).sum(dims) + 1e-12).sqrt() * ((g2 * g2).sum(dims) + 1e-12).sqrt()
-    return (1 - (g1 * g2).sum(dims) / norms).numpy()
+        return np.array([float(cosine_misalignment(g1.double(), g2.double()))])
+    # the other axes in g1's memory order (an action-major table's actions outer): block copies
+    order = (0, *sorted(range(1, g1.dim()), key=lambda d: -g1.stride(d)))
+    g1, g2 = g1.permute(order), g2.permute(order)
+    stacked = th.empty((len(g1), 2, *g1.shape[1:]), dtype=th.float64, device=g1.device)
+    stacked[:, 0], stacked[:, 1] = g1, g2  # one converting copy each, into member-major rows
+    rows = stacked.reshape(len(g1), 2, -1)
+    gram = rows @ rows.mT  # [S, 2, 2]: <g1,g1>, <g1,g2>, <g2,g2>
+    norms = (gram[:, 0, 0] + 1e-12).sqrt() * (gram[:, 1, 1] + 1e-12).sqrt()
+    return (1 - gram[:, 0, 1] / norms).cpu().numpy()
 
 
 def _correct_arms(model: Any, n_contexts: int) -> np.ndarray:
@@ -182,35 +188,47 @@ class TabularSingleRecorder(CurveRecorder):
 
 
 class TabularMultiRecorder(CurveRecorder):
-    """Multi-context bandit (Fig. 4): error after the update and misalignment to the CE direction."""
+    """Multi-context bandit (Fig. 4): error after the update and misalignment to the CE direction.
+
+    The probabilities are computed in float32 from the (float32) table, once per update (the table after
+    an update is the one before the next; its ``_version`` counter says whether it changed), in the
+    table's memory layout; the error and the correct arm's CE component are read as the other arms'
+    mass, ``1 - pi_n(y_n) = sum_{a != y_n} pi_n(a)``, which float32 keeps to its relative precision
+    where ``1 - pi`` would not. Only the cosine's sums run in float64 (``_misalignment``): rounding the
+    vectors perturbs ``1 - cos`` quadratically, rounding its sums linearly."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._last: tuple[th.Tensor, th.Tensor] | None = None
-        self._onehot: th.Tensor | None = None  # e_y of every context, [S, C, A] in float64
+        self._last: tuple[th.Tensor, int, th.Tensor] | None = None  # (table, its version, its pi)
+        self._others: th.Tensor | None = None  # 1 - e_y of every context, [S, C, A] in the table's layout
 
-    def _probs(self, table: th.Tensor) -> th.Tensor:
-        """softmax(``table``) over the arms; the last table's is reused (the table after an update is
-        the one before the next: one softmax per update)."""
-        if self._last is None or not th.equal(self._last[0], table):
-            self._last = (table, softmax_last(table))
-        return self._last[1]
+    def _table_and_probs(self) -> tuple[th.Tensor, th.Tensor]:
+        """The logit table ``[S, C, A]`` (a view) and softmax over its arms, computed once per version."""
+        logits = self.model.policy.logits
+        table = logits.detach().reshape(self.n_members, *logits.shape[-2:])
+        if self._last is None or self._last[0] is not logits or self._last[1] != logits._version:
+            self._last = (logits, logits._version, softmax_last(table))
+        return table, self._last[2]
+
+    def _wrong_probs(self, pi: th.Tensor) -> th.Tensor:
+        """``pi_n(a) [a != y_n]`` of every member, context and arm (0 on the correct arms)."""
+        if self._others is None:
+            labels = th.tensor(_correct_arms(self.model, pi.shape[1]), device=pi.device)
+            self._others = th.ones_like(pi)
+            self._others[:, th.arange(pi.shape[1], device=pi.device), labels] = 0.0
+        return pi * self._others
 
     def before_update(self, row: Row) -> None:
-        self._before = _tables(self.model)
-        pi = self._probs(self._before)
-        if self._onehot is None:
-            labels = th.as_tensor(_correct_arms(self.model, pi.shape[1]))
-            self._onehot = th.zeros_like(pi)
-            self._onehot[:, th.arange(pi.shape[1]), labels] = 1.0
-        self._ce = self._onehot - pi
+        table, pi = self._table_and_probs()
+        self._before = table.clone()
+        wrong = self._wrong_probs(pi)  # e_y - pi: -pi(a) on the wrong arms, their mass 1 - pi(y) on y
+        self._ce = (1 - self._others) * wrong.sum(-1, keepdim=True) - wrong
         row["batch_error"] = row.pop("error")
 
     def after_update(self, row: Row) -> None:
-        after = _tables(self.model)
-        pi = self._probs(after)
-        row["error"] = (1.0 - (pi * self._onehot).sum(-1).mean(1)).numpy()
-        row["misalignment"] = _misalignment(after - self._before, self._ce)
+        table, pi = self._table_and_probs()
+        row["error"] = self._wrong_probs(pi).sum(-1).mean(1).double().cpu().numpy()
+        row["misalignment"] = _misalignment(table - self._before, self._ce)
 
 
 class MNISTRecorder(CurveRecorder):

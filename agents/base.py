@@ -20,7 +20,7 @@ from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
 from agents.base_class import EnvLike, GroupBaseAlgorithm, env_id_and_kwargs, model_zip_path
-from agents.engine import fused_collector, wants_train_diagnostics
+from agents.engine import fused_collector, wants_rollout_metrics, wants_train_diagnostics
 
 __all__ = ["EnvLike", "GroupAlgorithm", "env_id_and_kwargs", "model_zip_path"]
 
@@ -63,13 +63,15 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         )
         fused = fused_collector(self)  # the engine's collection, or None: the generic path
         every_update = fused is None or wants_train_diagnostics(callback)
+        every_rollout = fused is None or wants_rollout_metrics(callback)
         callback.on_training_start(locals(), globals())
         while self.num_timesteps < total_timesteps and (n_iterations is None or iteration < n_iterations):
+            logged = log_interval > 0 and (iteration + 1) % log_interval == 0
+            self.rollout_metrics = every_rollout or logged
             batch = (fused or self.collect)(callback)
             if batch is None:
                 break
             self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-            logged = log_interval > 0 and (iteration + 1) % log_interval == 0
             self.train(batch, diagnostics=every_update or logged)
             iteration += 1
             if logged:
@@ -102,8 +104,11 @@ class GroupAlgorithm(GroupBaseAlgorithm):
 
     def record_batch(self, batch: Any) -> None:
         """Record a collected batch: its ``rollout/`` values (the members' means; per member in
-        :attr:`member_rollout`), its episodes' count and ``monitor.csv`` rows."""
-        self.member_rollout = self.mode.log_rollout(self.logger, batch) or {}
+        :attr:`member_rollout`; none where :attr:`rollout_metrics` is off), its episodes' count and
+        ``monitor.csv`` rows."""
+        self.member_rollout = {}
+        if self.rollout_metrics:
+            self.member_rollout = self.mode.log_rollout(self.logger, batch) or {}
         rows = self.mode.episode_rows(batch)
         if rows is not None:
             if self.n_seeds > 1:

@@ -188,6 +188,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.predict_member = 0
         #: Whether the loss of the current update computes its ``train/`` diagnostics (set by ``train``).
         self.diagnostics = True
+        #: Whether the current batch's ``rollout/`` values are computed (set by ``learn``: always on the
+        #: generic path; with the engine for logged updates or when a callback asks).
+        self.rollout_metrics = True
         #: Whether ``learn`` uses the fused collection of :mod:`agents.engine` where one covers the
         #: policy and mode (False: always the generic mode path, the reference).
         self.use_engine = True

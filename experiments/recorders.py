@@ -54,6 +54,8 @@ class CurveRecorder(BaseCallback):
     wants_train_diagnostics = True
     """Ask the fused engine for every update's ``train/`` diagnostics (``agents.engine``); the runner
     turns it off where the seed file keeps none (``experiments.jobs.needs_train_diagnostics``)."""
+    wants_rollout_metrics = True
+    """Ask the fused engine for every batch's ``rollout/`` values (``error`` is the batch's task error)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -195,7 +197,10 @@ class TabularMultiRecorder(CurveRecorder):
     table's memory layout; the error and the correct arm's CE component are read as the other arms'
     mass, ``1 - pi_n(y_n) = sum_{a != y_n} pi_n(a)``, which float32 keeps to its relative precision
     where ``1 - pi`` would not. Only the cosine's sums run in float64 (``_misalignment``): rounding the
-    vectors perturbs ``1 - cos`` quadratically, rounding its sums linearly."""
+    vectors perturbs ``1 - cos`` quadratically, rounding its sums linearly. It records no ``rollout/``
+    values (the fused engine then computes none): the error before update t is the one after t - 1."""
+
+    wants_rollout_metrics = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -223,7 +228,9 @@ class TabularMultiRecorder(CurveRecorder):
         self._before = table.clone()
         wrong = self._wrong_probs(pi)  # e_y - pi: -pi(a) on the wrong arms, their mass 1 - pi(y) on y
         self._ce = (1 - self._others) * wrong.sum(-1, keepdim=True) - wrong
-        row["batch_error"] = row.pop("error")
+
+    def _rollout_row(self) -> Row:
+        return {}
 
     def after_update(self, row: Row) -> None:
         table, pi = self._table_and_probs()

@@ -12,7 +12,12 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList, Progr
 from stable_baselines3.common.logger import KVWriter, Logger
 
 import tpo_gym  # noqa: F401
-from agents.engine import TablePopulationCollector, fused_collector, wants_train_diagnostics
+from agents.engine import (
+    TablePopulationCollector,
+    fused_collector,
+    wants_rollout_metrics,
+    wants_train_diagnostics,
+)
 from agents.zoo.registry import make_agent
 
 th.set_num_threads(1)
@@ -94,6 +99,34 @@ def test_diagnostics_only_for_logged_updates_or_when_asked() -> None:
         model.learn(n_iterations=6, log_interval=3, callback=callback)
         assert sum(computed) == expected and computed[2] and computed[5], callback
         assert len(writer.rows) == 2 and all("train/q_mass_winners" in row for row in writer.rows)
+
+
+class NeedsRollout(BaseCallback):
+    wants_rollout_metrics = True
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def test_rollout_values_only_for_logged_updates_or_when_asked() -> None:
+    assert not wants_rollout_metrics(CallbackList([ProgressBarCallback(), NeedsDiagnostics()]))
+    assert wants_rollout_metrics(CallbackList([CallbackList([NeedsRollout()])]))
+    for callback, engine, expected in ((None, True, 2), (NeedsRollout(), True, 6), (None, False, 6)):
+        model = population_model("tpo", 2, engine)
+        computed = []
+        log_rollout = model.mode.log_rollout
+
+        def counting(logger: Any, batch: Any, inner: Any = log_rollout, seen: list = computed) -> Any:
+            seen.append(True)
+            return inner(logger, batch)
+
+        model.mode.log_rollout = counting
+        writer = Rows()
+        model.set_logger(Logger(folder=None, output_formats=[writer]))
+        model.learn(n_iterations=6, log_interval=3, callback=callback)
+        assert len(computed) == expected, (callback, engine)
+        assert len(writer.rows) == 2 and all("rollout/task_error" in row for row in writer.rows)
+        assert set(model.member_rollout) == {"task_error"}  # the last update is logged
 
 
 def test_the_generic_path_always_computes_diagnostics() -> None:

@@ -159,7 +159,7 @@ def test_tabular_multi_step_matches_the_normalised_step_by_hand():
     assert arrays["update/error"][0] == pytest.approx(1 - pi_after[:, 0].mean(), abs=1e-6)
     expected = 1 - (g * v).sum() / np.sqrt((g**2).sum() * (v**2).sum())
     assert arrays["update/misalignment"][0] == pytest.approx(expected, abs=1e-5)
-    assert arrays["update/batch_error"][0] == pytest.approx(1 - pi[:, 0].mean(), abs=1e-6)
+    assert not [key for key in arrays if "rollout/" in key or "batch_error" in key]  # none computed
 
 
 def test_tabular_multi_population_records_each_member_as_float64_would():

@@ -89,6 +89,12 @@ def needs_train_diagnostics(curves: tuple[str, ...] | None) -> bool:
     return curves is None or any(c.startswith(TRAIN_DIAGNOSTICS) for c in curves)
 
 
+def needs_rollout_metrics(curves: tuple[str, ...] | None) -> bool:
+    """Whether a seed file keeping ``curves`` (None: all) may need every batch's ``rollout/`` values
+    (they are recorded as ``update/`` curves)."""
+    return curves is None or any(c.startswith("update/") for c in curves)
+
+
 def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], float]:
     """Train a job's seeds as one model (``seed`` its first seed, ``n_seeds`` its size) and record their
     curves; returns each seed's (path, curves, meta), unwritten, and the job's wall seconds.
@@ -113,8 +119,9 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     start = time.perf_counter()
     model = build_model(spec, first.seed, len(job), first.device)
     recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
-    # the fused engine computes train/ diagnostics only for a callback that asks (agents.engine)
+    # the fused engine computes train/ diagnostics and rollout/ values only for a callback that asks
     recorder.wants_train_diagnostics = needs_train_diagnostics(first.curves)
+    recorder.wants_rollout_metrics = recorder.wants_rollout_metrics and needs_rollout_metrics(first.curves)
     model.learn(n_iterations=spec.n_updates, callback=recorder, log_interval=0)
     if recorder.updates_done != spec.n_updates:
         raise RuntimeError(f"{describe(job)}: ran {recorder.updates_done} updates, expected {spec.n_updates}")

@@ -85,7 +85,10 @@ class CurveRecorder(BaseCallback):
 
     def _rollout_row(self) -> Row:
         """``error`` (the batch's ``rollout/task_error``) and the other ``rollout/`` metrics of each member:
-        the logger's values for a single run, ``model.member_rollout`` for several members."""
+        the logger's values for a single run, ``model.member_rollout`` for several members; none where
+        the recorder asks for none (``wants_rollout_metrics = False``)."""
+        if not self.wants_rollout_metrics:
+            return {}
         if self.n_members == 1:
             values = self.model.logger.name_to_value
             row = {"error": np.array([float(values["rollout/task_error"])])}
@@ -228,9 +231,6 @@ class TabularMultiRecorder(CurveRecorder):
         self._before = table.clone()
         wrong = self._wrong_probs(pi)  # e_y - pi: -pi(a) on the wrong arms, their mass 1 - pi(y) on y
         self._ce = (1 - self._others) * wrong.sum(-1, keepdim=True) - wrong
-
-    def _rollout_row(self) -> Row:
-        return {}
 
     def after_update(self, row: Row) -> None:
         table, pi = self._table_and_probs()

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import torch as th
 
+from agents.modes.base import CollectionMode
 from experiments.core import RESULTS, SMOKE_RESULTS, is_finished, kept, load_seed, save_seed, seed_path
 from experiments.definitions import EXPERIMENTS, get_experiment
-from experiments.jobs import needs_train_diagnostics
+from experiments.jobs import needs_rollout_metrics, needs_train_diagnostics, train_job
 from experiments.report import load_runs, summarize
 from experiments.run import default_out, main
-from experiments.runner import plan, run_tasks
+from experiments.runner import plan, plan_jobs, run_tasks
 
 th.set_num_threads(1)
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +53,18 @@ def test_only_a_file_that_keeps_train_diagnostics_asks_the_engine_for_them():
     assert not needs_train_diagnostics(get_experiment("tabular_multi").curves)
     assert not needs_train_diagnostics(get_experiment("vocab_sweep").curves)
     assert needs_train_diagnostics(get_experiment("diagnostics").curves) and needs_train_diagnostics(None)
+
+
+def test_only_a_file_that_keeps_update_curves_asks_the_engine_for_rollout_values(tmp_path, monkeypatch):
+    assert not needs_rollout_metrics(get_experiment("mnist").curves)  # test-set evaluations only
+    assert needs_rollout_metrics(get_experiment("vocab_sweep").curves) and needs_rollout_metrics(None)
+    calls = []
+    monkeypatch.setattr(CollectionMode, "log_rollout", lambda self, logger, batch: calls.append(batch))
+    tasks = plan(get_experiment("mnist"), str(tmp_path), True, 2, None, ("tpo",), None, "cpu")
+    results, _ = train_job(plan_jobs(tasks, 2)[0])
+    assert not calls  # the engine computed no batch's rollout/ values
+    kept_keys = set(results[1][1])
+    assert {"eval/error", "eval/x"} <= kept_keys and all(key.startswith("eval/") for key in kept_keys)
 
 
 def test_save_writes_compressed_float32_and_keeps_integers(tmp_path):

@@ -152,16 +152,21 @@ def _tables(model: Any) -> th.Tensor:
     return table.reshape(model.n_seeds, *table.shape[-2:])
 
 
-def _misalignment(g1: th.Tensor, g2: th.Tensor) -> np.ndarray:
+def _misalignment(g1: th.Tensor, g2: th.Tensor, buffer: th.Tensor | None = None) -> np.ndarray:
     """1 - cos(g1[m], g2[m]) of each member m (leading axis, the rest flattened) in float64, with the
     1e-12 guards of ``agents.losses.cosine_misalignment``: that function itself for one member, its
-    formula per member for several, the three sums as one batched Gram matrix ``[g1; g2] [g1; g2]^T``."""
+    formula per member for several, the three sums as one batched Gram matrix ``[g1; g2] [g1; g2]^T``
+    (of float64 copies written into ``buffer``, a float64 tensor of at least 2 * g1.numel() elements
+    that a recorder reuses every update, or a new one)."""
     if len(g1) == 1:
         return np.array([float(cosine_misalignment(g1.double(), g2.double()))])
     # the other axes in g1's memory order (an action-major table's actions outer): block copies
     order = (0, *sorted(range(1, g1.dim()), key=lambda d: -g1.stride(d)))
     g1, g2 = g1.permute(order), g2.permute(order)
-    stacked = th.empty((len(g1), 2, *g1.shape[1:]), dtype=th.float64, device=g1.device)
+    shape = (len(g1), 2, *g1.shape[1:])
+    if buffer is None:
+        buffer = th.empty(shape, dtype=th.float64, device=g1.device)
+    stacked = buffer.flatten()[:2 * g1.numel()].view(shape)
     stacked[:, 0], stacked[:, 1] = g1, g2  # one converting copy each, into member-major rows
     rows = stacked.reshape(len(g1), 2, -1)
     gram = rows @ rows.mT  # [S, 2, 2]: <g1,g1>, <g1,g2>, <g2,g2>
@@ -207,35 +212,36 @@ class TabularMultiRecorder(CurveRecorder):
 
     def __init__(self) -> None:
         super().__init__()
-        self._last: tuple[th.Tensor, int, th.Tensor] | None = None  # (table, its version, its pi)
+        self._last: tuple[th.Tensor, int, th.Tensor, th.Tensor] | None = None  # table, version, pi, wrong
         self._others: th.Tensor | None = None  # 1 - e_y of every context, [S, C, A] in the table's layout
+        self._buffer: th.Tensor | None = None  # the float64 copies of the misalignment's vectors
 
-    def _table_and_probs(self) -> tuple[th.Tensor, th.Tensor]:
-        """The logit table ``[S, C, A]`` (a view) and softmax over its arms, computed once per version."""
+    def _table_and_probs(self) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """The logit table ``[S, C, A]`` (a view), pi = softmax over its arms and the wrong arms' part
+        ``pi_n(a) [a != y_n]`` (0 on the correct arms), computed once per version of the table."""
         logits = self.model.policy.logits
         table = logits.detach().reshape(self.n_members, *logits.shape[-2:])
         if self._last is None or self._last[0] is not logits or self._last[1] != logits._version:
-            self._last = (logits, logits._version, softmax_last(table))
-        return table, self._last[2]
-
-    def _wrong_probs(self, pi: th.Tensor) -> th.Tensor:
-        """``pi_n(a) [a != y_n]`` of every member, context and arm (0 on the correct arms)."""
-        if self._others is None:
-            labels = th.tensor(_correct_arms(self.model, pi.shape[1]), device=pi.device)
-            self._others = th.ones_like(pi)
-            self._others[:, th.arange(pi.shape[1], device=pi.device), labels] = 0.0
-        return pi * self._others
+            pi = softmax_last(table)
+            if self._others is None:
+                labels = th.tensor(_correct_arms(self.model, pi.shape[1]), device=pi.device)
+                self._others = th.ones_like(pi)
+                self._others[:, th.arange(pi.shape[1], device=pi.device), labels] = 0.0
+            self._last = (logits, logits._version, pi, pi * self._others)
+        return table, self._last[2], self._last[3]
 
     def before_update(self, row: Row) -> None:
-        table, pi = self._table_and_probs()
+        table, _, wrong = self._table_and_probs()
         self._before = table.clone()
-        wrong = self._wrong_probs(pi)  # e_y - pi: -pi(a) on the wrong arms, their mass 1 - pi(y) on y
+        # e_y - pi: -pi(a) on the wrong arms, their mass 1 - pi(y) on the correct one
         self._ce = (1 - self._others) * wrong.sum(-1, keepdim=True) - wrong
 
     def after_update(self, row: Row) -> None:
-        table, pi = self._table_and_probs()
-        row["error"] = self._wrong_probs(pi).sum(-1).mean(1).double().cpu().numpy()
-        row["misalignment"] = _misalignment(table - self._before, self._ce)
+        table, _, wrong = self._table_and_probs()
+        row["error"] = wrong.sum(-1).mean(1).double().cpu().numpy()
+        if self._buffer is None:
+            self._buffer = th.empty(2 * table.numel(), dtype=th.float64, device=table.device)
+        row["misalignment"] = _misalignment(table - self._before, self._ce, self._buffer)
 
 
 class MNISTRecorder(CurveRecorder):

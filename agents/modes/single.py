@@ -72,15 +72,13 @@ class SingleMode(EpisodeMode):
         return policy.all_log_probs().reshape(len(batch.actions), -1) if first is None else first
 
     def _advantages(self, batch: Episodes | TableSamples, rewards: th.Tensor) -> th.Tensor:
-        if self.baseline != "expected":  # reads no log-probs
+        if self.baseline == "batch_mean":  # a statistic of each member's batch
             return self.per_member(lambda r: losses.baseline_advantages(r, self.baseline), rewards)
-
-        def advantages(rewards: th.Tensor, old_log_probs: th.Tensor) -> th.Tensor:
-            return losses.baseline_advantages(rewards, self.baseline, old_log_probs)
-
-        old = batch.old_log_probs
+        if self.baseline != "expected":  # a constant: each row alone, every member at once
+            return losses.baseline_advantages(rewards, self.baseline)
+        old = batch.old_log_probs  # the expected baseline of each row's own first step
         first_step = batch.expanded(old)[:, 0] if isinstance(batch, TableSamples) else old[:, 0]
-        return self.per_member(advantages, rewards, first_step)
+        return losses.baseline_advantages(rewards, self.baseline, first_step)
 
     def sample_view(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> SampleView:
         if isinstance(batch, TableSamples):  # member rows [S, A], actions [S, B]

@@ -76,6 +76,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
             iteration += 1
             if logged:
                 self._dump_logs(iteration)
+        self.rollout_metrics = True  # a later generic ``collect`` records its batch's values again
         callback.on_training_end()
         return self
 

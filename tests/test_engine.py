@@ -127,6 +127,11 @@ def test_rollout_values_only_for_logged_updates_or_when_asked() -> None:
         assert len(computed) == expected, (callback, engine)
         assert len(writer.rows) == 2 and all("rollout/task_error" in row for row in writer.rows)
         assert set(model.member_rollout) == {"task_error"}  # the last update is logged
+    model = population_model("tpo", 2, True)
+    model.learn(n_iterations=2, log_interval=0)  # no update logged: none computed
+    assert model.member_rollout == {}
+    model.collect(model._init_callback(None))  # the generic path afterwards records its batch's values
+    assert set(model.member_rollout) == {"task_error"}
 
 
 def test_the_generic_path_always_computes_diagnostics() -> None:

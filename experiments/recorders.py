@@ -213,7 +213,8 @@ class TabularMultiRecorder(CurveRecorder):
     def __init__(self) -> None:
         super().__init__()
         self._last: tuple[th.Tensor, int, th.Tensor, th.Tensor] | None = None  # table, version, pi, wrong
-        self._others: th.Tensor | None = None  # 1 - e_y of every context, [S, C, A] in the table's layout
+        self._correct: th.Tensor | None = None  # e_y of every context, [S, C, A] in the table's layout
+        self._others: th.Tensor | None = None  # 1 - e_y
         self._buffer: th.Tensor | None = None  # the float64 copies of the misalignment's vectors
 
     def _table_and_probs(self) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
@@ -225,8 +226,9 @@ class TabularMultiRecorder(CurveRecorder):
             pi = softmax_last(table)
             if self._others is None:
                 labels = th.tensor(_correct_arms(self.model, pi.shape[1]), device=pi.device)
-                self._others = th.ones_like(pi)
-                self._others[:, th.arange(pi.shape[1], device=pi.device), labels] = 0.0
+                self._correct = th.zeros_like(pi)
+                self._correct[:, th.arange(pi.shape[1], device=pi.device), labels] = 1.0
+                self._others = 1 - self._correct
             self._last = (logits, logits._version, pi, pi * self._others)
         return table, self._last[2], self._last[3]
 
@@ -234,7 +236,7 @@ class TabularMultiRecorder(CurveRecorder):
         table, _, wrong = self._table_and_probs()
         self._before = table.clone()
         # e_y - pi: -pi(a) on the wrong arms, their mass 1 - pi(y) on the correct one
-        self._ce = (1 - self._others) * wrong.sum(-1, keepdim=True) - wrong
+        self._ce = self._correct * wrong.sum(-1, keepdim=True) - wrong
 
     def after_update(self, row: Row) -> None:
         table, _, wrong = self._table_and_probs()

@@ -64,13 +64,25 @@ def build_model(spec: RunSpec, seed: int, n_seeds: int = 1, device: str = "cpu")
     return make_agent(spec.algo, spec.policy, env, seed=seed, n_seeds=n_seeds, device=device, **spec.kwargs)
 
 
-def supports_members(specs: list[RunSpec]) -> list[bool]:
-    """Whether each run's policy has populations (``supports_members``; a policy the algorithm loads by
-    name on first use, ``LLMPolicy``, has none). Imports the agents."""
+BATCHINGS = ("alone", "shares", "whole")
+"""How a run's seeds batch (:func:`batching`)."""
+
+
+def batching(specs: list[RunSpec]) -> list[str]:
+    """How each run's seeds batch (:data:`BATCHINGS`): ``"alone"`` where its policy has no populations
+    (``supports_members``; a policy the algorithm loads by name on first use, ``LLMPolicy``, has none),
+    ``"whole"`` where a population costs little more than one member (``members_amortize``: the table,
+    the MLP), ``"shares"`` where it costs about its members' sum (the transformer). Imports the agents."""
     from agents.zoo.registry import get_algo
 
-    return [bool(getattr(get_algo(spec.algo).policy_aliases.get(spec.policy), "supports_members", False))
-            for spec in specs]
+    kinds = []
+    for spec in specs:
+        policy = get_algo(spec.algo).policy_aliases.get(spec.policy)
+        if not getattr(policy, "supports_members", False):
+            kinds.append("alone")
+        else:
+            kinds.append("whole" if getattr(policy, "members_amortize", False) else "shares")
+    return kinds
 
 
 def describe(job: Job) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from experiments.core import RunSpec
-from experiments.jobs import Job, Outcome, supports_members, train_safely
+from experiments.jobs import Job, Outcome, batching, train_safely
 
 LAUNCHERS = ("processes", "ray")
 """The names of ``--launcher``."""
@@ -29,8 +29,9 @@ class Launcher(Protocol):
     def open(self, n_todo: int) -> None:
         """Start (processes, a cluster connection) for ``n_todo`` unfinished seeds."""
 
-    def batchable(self, specs: list[RunSpec]) -> list[bool]:
-        """``supports_members`` of each run, evaluated where the agents are imported."""
+    def batchable(self, specs: list[RunSpec]) -> list[str]:
+        """How each run's seeds batch (:func:`experiments.jobs.batching`), evaluated where the agents are
+        imported."""
 
     def outcomes(self, jobs: list[Job]) -> Iterator[Outcome]:
         """Run ``jobs``; yield each finished job's outcome, in the order they finish."""
@@ -66,9 +67,9 @@ class ProcessLauncher:
         if self.n_jobs > 1 and n_todo > 1:
             self._pool = mp.get_context("spawn").Pool(self.n_jobs, _start_worker)
 
-    def batchable(self, specs: list[RunSpec]) -> list[bool]:
+    def batchable(self, specs: list[RunSpec]) -> list[str]:
         # in a worker: the parent never imports the agents
-        return supports_members(specs) if self._pool is None else self._pool.apply(supports_members, (specs,))
+        return batching(specs) if self._pool is None else self._pool.apply(batching, (specs,))
 
     def outcomes(self, jobs: list[Job]) -> Iterator[Outcome]:
         yield from (self._pool.imap_unordered(train_safely, jobs) if self._pool else map(train_safely, jobs))

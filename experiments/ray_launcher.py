@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.core import RunSpec
-from experiments.jobs import Job, Outcome, SeedResult, describe, supports_members, train_job
+from experiments.jobs import Job, Outcome, SeedResult, batching, describe, train_job
 
 RAY_RETRIES = 3
 """How often a failed or lost job is run again before it counts as failed."""
@@ -81,8 +81,8 @@ class RayLauncher:
         self.n_jobs = self._n_jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._remote = ray.remote(num_cpus=1, max_retries=self.retries, retry_exceptions=True)(self.work)
 
-    def batchable(self, specs: list[RunSpec]) -> list[bool]:
-        return supports_members(specs)
+    def batchable(self, specs: list[RunSpec]) -> list[str]:
+        return batching(specs)
 
     def outcomes(self, jobs: list[Job]) -> Iterator[Outcome]:
         ray = _ray()

@@ -6,7 +6,9 @@ Seeds as a batch dimension: consecutive seeds k..k+S-1 of one run train as one m
 n_seeds=S`` (``experiments.jobs``), at most ``members_per_process`` per job, where the run's policy has
 populations (its class's ``supports_members``) and its experiment reads no per-seed ``train/``
 diagnostics, which a population logs only as the members' means (``Task.per_seed``: the ``diagnostics``
-experiment). Every other seed trains alone.
+experiment). Every other seed trains alone. A run whose population costs little more than one member
+(``members_amortize``: tables, MLPs) stays in as few jobs as it can; others are shared out over the
+processes (``plan_jobs``).
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from experiments.jobs import (  # noqa: F401  (re-exported: the runner's public 
     TRAIN_DIAGNOSTICS,
     Job,
     Task,
+    batching,
     build_model,
     describe,
     run_job,
-    supports_members,
     write_results,
 )
 from experiments.launchers import Launcher, ProcessLauncher
@@ -73,16 +75,22 @@ def _check_known(kind: str, wanted: set[str] | None, known: set[str]) -> None:
 
 
 def plan_jobs(tasks: list[Task], members_per_process: int = MEMBERS_PER_PROCESS,
-              batchable: Callable[[list[RunSpec]], list[bool]] = supports_members,
+              batchable: Callable[[list[RunSpec]], list[str]] = batching,
               n_jobs: int = 1) -> list[Job]:
     """The jobs (one process's work each) that run ``tasks``, seed-major like ``tasks``.
 
     The tasks of one run (experiment, variant, algorithm, spec fingerprint) train together when its
-    policy has populations (``batchable``) and its experiment reads no per-seed ``train/`` diagnostics
-    (``Task.per_seed``): as runs of consecutive seeds of at most ``members_per_process`` seeds, and of
-    at most a ``1 / n_jobs`` share of the run's seeds, so that every process gets a share of every run
-    (a seed missing from ``tasks``, e.g. a finished one, splits a run). Every other task is a job of
-    its own.
+    policy has populations (``batchable``: :func:`experiments.jobs.batching`) and its experiment reads
+    no per-seed ``train/`` diagnostics (``Task.per_seed``), as runs of consecutive seeds of at most
+    ``members_per_process`` seeds (a seed missing from ``tasks``, e.g. a finished one, splits a run);
+    every other task is a job of its own. How a run is cut depends on what a population costs:
+
+    * ``"shares"`` (a population costs about its members' sum, the transformer): a run is cut into
+      ``n_jobs`` shares at most, so that every process gets a share of every run;
+    * ``"whole"`` (a population costs little more than one member, the table and the MLP): a run is
+      kept whole (up to the cap), as cutting it would pay the per-update overhead once per share; only
+      the last ``J mod n_jobs`` of these ``J`` jobs are cut into ``n_jobs`` shares, so that the processes
+      get equally many whole jobs and a share of the rest.
     """
     groups: dict[tuple[str, ...], list[tuple[int, Task]]] = {}
     for index, task in enumerate(tasks):
@@ -90,17 +98,26 @@ def plan_jobs(tasks: list[Task], members_per_process: int = MEMBERS_PER_PROCESS,
         groups.setdefault(key, []).append((index, task))
     candidates = [key for key, group in groups.items()
                   if members_per_process > 1 and len(group) > 1 and not group[0][1].per_seed]
-    flags = batchable([groups[key][0][1].spec for key in candidates]) if candidates else []
-    batched = {key for key, flag in zip(candidates, flags, strict=True) if flag}
-    jobs = [job for key, group in groups.items()
-            for job in _consecutive(group, min(members_per_process, -(-len(group) // n_jobs))
-                                    if key in batched else 1)]
+    kinds = dict(zip(candidates, batchable([groups[key][0][1].spec for key in candidates]), strict=True)
+                 ) if candidates else {}
+    chunks, whole = [], []
+    for key, group in groups.items():
+        kind = kinds.get(key, "alone")
+        if kind == "whole":
+            whole += _consecutive(group, members_per_process)
+        else:
+            chunks += _consecutive(group, min(members_per_process, -(-len(group) // n_jobs))
+                                   if kind == "shares" else 1)
+    cut = len(whole) - len(whole) % n_jobs
+    chunks += whole[:cut]
+    for chunk in whole[cut:]:
+        chunks += _consecutive(chunk, -(-len(chunk) // n_jobs))
+    jobs = [(chunk[0][0], tuple(task for _, task in chunk)) for chunk in chunks]
     return [job for _, job in sorted(jobs, key=lambda item: (item[1][0].seed, item[0]))]
 
 
-def _consecutive(group: list[tuple[int, Task]], cap: int) -> list[tuple[int, Job]]:
-    """One run's (position, task) pairs as runs of consecutive seeds of at most ``cap`` tasks, each with
-    the position of its first task."""
+def _consecutive(group: list[tuple[int, Task]], cap: int) -> list[list[tuple[int, Task]]]:
+    """One run's (position, task) pairs as runs of consecutive seeds of at most ``cap`` tasks."""
     chunks: list[list[tuple[int, Task]]] = []
     for item in sorted(group, key=lambda item: item[1].seed):
         last = chunks[-1] if chunks else None
@@ -108,7 +125,7 @@ def _consecutive(group: list[tuple[int, Task]], cap: int) -> list[tuple[int, Job
             last.append(item)
         else:
             chunks.append([item])
-    return [(chunk[0][0], tuple(task for _, task in chunk)) for chunk in chunks]
+    return chunks
 
 
 def unfinished(tasks: list[Task]) -> list[Task]:

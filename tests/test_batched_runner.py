@@ -16,7 +16,7 @@ from experiments import launchers
 from experiments.core import RunSpec, load_seed, seed_path
 from experiments.definitions import get_experiment
 from experiments.run import main
-from experiments.runner import Task, plan, plan_jobs, run_tasks, supports_members, unfinished
+from experiments.runner import Task, batching, plan, plan_jobs, run_tasks, unfinished
 
 th.set_num_threads(1)
 PER_SEED_ONLY = ("update/train/", "update/all_fail")
@@ -66,8 +66,27 @@ def test_plan_jobs_chunks_consecutive_seeds_by_the_cap_seed_major(tmp_path):
         ("pg", [0, 1]), ("tpo", [0, 1]), ("pg", [2, 3]), ("tpo", [2, 3]), ("pg", [4]), ("tpo", [4])]
     assert [len(job) for job in plan_jobs(tasks, members_per_process=1)] == [1] * 10
     assert [len(job) for job in plan_jobs(tasks, members_per_process=100)] == [5, 5]
-    # with two processes every run is split in two, so that both processes get a share of each
-    assert [len(job) for job in plan_jobs(tasks, members_per_process=100, n_jobs=2)] == [3, 3, 2, 2]
+    # two processes: whole runs of tables (a population costs about one member), one for each process
+    assert [len(job) for job in plan_jobs(tasks, members_per_process=100, n_jobs=2)] == [5, 5]
+
+
+def test_two_processes_share_out_a_run_of_the_transformer_and_the_odd_run_of_a_table(tmp_path):
+    def kinds(kind):
+        return lambda specs: [kind] * len(specs)
+
+    tasks = plan(get_experiment("tabular_multi"), tmp_path, smoke=True, n_seeds=5)  # five runs
+    runs = [(job[0].spec.algo, [t.seed for t in job]) for job in plan_jobs(tasks, 100, kinds("whole"), 2)]
+    # four whole runs, two for each process; the last run (the CE oracle) cut into two shares, last
+    assert runs == [("pg", [0, 1, 2, 3, 4]), ("dg", [0, 1, 2, 3, 4]), ("tpo", [0, 1, 2, 3, 4]),
+                    ("grpo", [0, 1, 2, 3, 4]), ("ce", [0, 1, 2]), ("ce", [3, 4])]
+    assert [len(job) for job in plan_jobs(tasks, 2, kinds("whole"), 2)] == [2] * 10 + [1] * 5
+    assert [len(job) for job in plan_jobs(tasks, 100, kinds("whole"), 1)] == [5] * 5
+    # a transformer's population costs its members' sum: every run is shared out over the processes
+    assert [len(job) for job in plan_jobs(tasks, 100, kinds("shares"), 2)] == [3] * 5 + [2] * 5
+    assert [len(job) for job in plan_jobs(tasks, 100, kinds("alone"), 2)] == [1] * 25
+    token = get_experiment("vocab_sweep").build(1, True)["V2"]["tpo"]
+    mnist = get_experiment("mnist").build(1, True)["B100"]["tpo"]
+    assert batching([token, mnist, tasks[0].spec]) == ["shares", "whole", "whole"]
 
 
 def test_finished_seeds_are_skipped_and_never_in_a_chunk(tmp_path):
@@ -85,12 +104,12 @@ def test_finished_seeds_are_skipped_and_never_in_a_chunk(tmp_path):
 def test_a_run_that_cannot_batch_runs_one_seed_per_process(tmp_path, monkeypatch):
     diagnostics = plan(get_experiment("diagnostics"), tmp_path, smoke=True, n_seeds=3, algorithms=["tpo"])
     assert all(t.per_seed for t in diagnostics)  # its figure reads per-seed train/ diagnostics
-    assert [len(job) for job in plan_jobs(diagnostics, 100, lambda specs: [True] * len(specs))] == [1] * 3
+    assert [len(job) for job in plan_jobs(diagnostics, 100, lambda specs: ["whole"] * len(specs))] == [1] * 3
     llm = get_experiment("llm_cpu").build(1, True)
     tabular = get_experiment("tabular_multi").build(1, True)["N100_K10"]["ce"]
-    assert supports_members([next(iter(next(iter(llm.values())).values())), tabular]) == [False, True]
+    assert batching([next(iter(next(iter(llm.values())).values())), tabular]) == ["alone", "whole"]
 
-    monkeypatch.setattr(launchers, "supports_members", lambda specs: [False] * len(specs))
+    monkeypatch.setattr(launchers, "batching", lambda specs: ["alone"] * len(specs))
     tasks = _tasks("tabular_single", "K100", _spec("tabular_single", "K100", "grpo", 2), tmp_path, range(2))
     assert run_tasks(tasks, members_per_process=100)["ran"] == 2
     assert [load_seed(t.path)[1]["n_members"] for t in tasks] == [1, 1]
@@ -106,7 +125,8 @@ def test_dry_run_shows_how_seeds_are_batched(tmp_path, capsys):
 
 def test_the_parent_of_a_multi_process_run_never_imports_torch(tmp_path):
     """torch takes seconds to import: the parent of `--n-jobs 2` only plans, collects and writes, so neither
-    its modules nor a finished job's results (plain Python and NumPy values) may pull it in."""
+    its modules, planning every experiment (reading the zoo's configs) nor a finished job's results (plain
+    Python and NumPy values) may pull it in."""
     blob = tmp_path / "results.pkl"
     train = ("import pickle, sys; from experiments.jobs import train_job; "
              "from experiments.runner import plan, plan_jobs; "
@@ -115,7 +135,10 @@ def test_the_parent_of_a_multi_process_run_never_imports_torch(tmp_path):
              "open(sys.argv[1], 'wb').write(pickle.dumps(train_job(plan_jobs(tasks, 2)[0])))")
     subprocess.run([sys.executable, "-c", train, str(blob), str(tmp_path)], check=True)
     parent = ("import pickle, sys; import experiments.run, benchmarks.speed, experiments.report; "
+              "from experiments.definitions import EXPERIMENTS, get_experiment; "
+              "from experiments.runner import plan; "
+              "[plan(get_experiment(name), sys.argv[2], smoke) for name in EXPERIMENTS for smoke in (0, 1)]; "
               "pickle.loads(open(sys.argv[1], 'rb').read()); print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", parent, str(blob)], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", parent, str(blob), str(tmp_path)], capture_output=True,
+                         text=True, check=True)
     assert out.stdout.split()[-1] == "False"

@@ -59,6 +59,10 @@ class GroupPolicy(BasePolicy):
 
     #: Whether the policy has populations (``n_members > 1``).
     supports_members: ClassVar[bool] = False
+    #: Whether a population's update costs little more than one member's (bound by per-op overhead, not
+    #: arithmetic: the logit table, the MLP), so that a run's seeds train best in as few processes as
+    #: possible; where False (the transformer) a population costs about its members' sum.
+    members_amortize: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ class MlpSoftmaxPolicy(GroupPolicy):
     """
 
     supports_members = True
+    members_amortize = True
 
     def __init__(
         self,

@@ -43,6 +43,7 @@ class TabularSoftmaxPolicy(GroupPolicy):
     """
 
     supports_members = True
+    members_amortize = True
 
     def __init__(
         self,

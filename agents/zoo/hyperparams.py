@@ -26,6 +26,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 import yaml
@@ -97,14 +98,33 @@ class Hyperparams:
             self.origins[key] = origin
 
 
-def parse_value(text: str) -> Any:
-    """Evaluate an override's value as Python (``1e-4``, ``True``, ``dict(a=1)``); else keep the string."""
-    import torch
+TORCH_NAMES = ("nn", "th", "torch")
+"""The names a value may use for torch (``nn.ReLU``, ``th.float64``)."""
 
+
+def parse_value(text: str) -> Any:
+    """Evaluate an override's value as Python (``1e-4``, ``True``, ``dict(a=1)``, ``nn.ReLU``); else keep
+    the string. torch is imported only for a value that names it (:data:`TORCH_NAMES`), so that reading
+    a config (the multi-seed runner's parent process) does not import it."""
     try:
-        return eval(text, {"nn": torch.nn, "th": torch, "torch": torch})  # noqa: S307 (zoo semantics)
+        code = compile(text, "<value>", "eval")
+    except SyntaxError:
+        return text
+    scope: dict[str, Any] = {}
+    if _names(code) & set(TORCH_NAMES):
+        import torch
+
+        scope = {"nn": torch.nn, "th": torch, "torch": torch}
+    try:
+        return eval(code, scope)  # noqa: S307 (zoo semantics)
     except Exception:
         return text
+
+
+def _names(code: CodeType) -> set[str]:
+    """The global and attribute names ``code`` and the code it nests (a lambda, a comprehension) read."""
+    nested = (const for const in code.co_consts if isinstance(const, CodeType))
+    return set(code.co_names).union(*map(_names, nested))
 
 
 def split_sources(values: list[str]) -> tuple[list[Path], list[Path], dict[str, Any]]:

@@ -3,6 +3,7 @@
     python -m benchmarks.speed                       # every workload
     python -m benchmarks.speed token_reversal_smoke tpo_token_smoke --n-jobs 2
     python -m benchmarks.speed tabular_single_full --seeds 4 --members-per-process 100
+    python -m benchmarks.speed tabular_multi_full --reference-python <venv>/bin/python --repeat 3
 
 Each workload runs in a fresh subprocess (``python -m benchmarks.speed --inner NAME``: start-up,
 imports and the seeds' processes included) through the multi-seed runner of ``experiments``, into a
@@ -15,18 +16,22 @@ The ratio is against the reference's time **measured in the same invocation** wh
 ``--reference-python`` names the interpreter of an environment where that code is installed (its CLI
 runs the same workload in a fresh process, timed the same way), and against its **recorded** time
 otherwise (:data:`REFERENCE_RECORDED`: whole processes on an idle 2-core x86_64 machine with AVX-512,
-side by side with ours), labelled as such: times drift between machines and days.
+side by side with ours), labelled as such: times drift between machines and days. On a noisy machine
+``--repeat N`` runs ours and the reference N times each, alternating, and compares the medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from experiments.core import Experiment, Grid, Size, check_device
 from experiments.definitions import get_experiment
@@ -193,26 +198,49 @@ def time_reference(name: str, python: str) -> float:
         return timed(cmd, f"the reference's {name}")[1]
 
 
+def alternating(repeat: int, *runs: Callable[[], float]) -> list[list[float]]:
+    """Each of ``runs`` (a callable returning wall seconds) ``repeat`` times, alternating (ours, the
+    reference's, ours, ...), so that a machine's drift over the minutes hits every one alike; each run's
+    list of seconds."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    walls: list[list[float]] = [[] for _ in runs]
+    for _ in range(repeat):
+        for run, times in zip(runs, walls, strict=True):
+            times.append(run())
+    return walls
+
+
 def measure(name: str, n_jobs: int, seeds: int | None, members_per_process: int,
-            reference_python: str | None = None, device: str = "cpu") -> None:
+            reference_python: str | None = None, device: str = "cpu", repeat: int = 1) -> None:
     """Time one workload in a fresh process and print it beside the reference's time (measured now
-    with ``reference_python``, else the recorded one) and the target ratio.
+    with ``reference_python``, else the recorded one) and the target ratio; with ``repeat`` > 1 both
+    run that many times, alternating, and the medians are compared.
 
     With ``seeds`` below the workload's, the wall time is also extrapolated linearly to its seeds (only a
     rough guide where seeds are batched: a population's time need not grow linearly with its size).
     """
     w = WORKLOADS[name]
     seeds = seeds or w.seeds
-    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as out:
-        cmd = [sys.executable, "-m", "benchmarks.speed", "--inner", name, "--out", out]
-        cmd += ["--n-jobs", str(n_jobs), "--seeds", str(seeds)]
-        cmd += ["--members-per-process", str(members_per_process), "--device", device]
-        proc, wall = timed(cmd, name)
-        rows = summarize(w.experiment, load_runs(out, w.experiment.name))
-    peak_gb = int(proc.stdout.rsplit("PEAK_RSS_KB", 1)[1].split()[0]) / 2**20
+    outcome: dict[str, Any] = {}
+
+    def ours() -> float:
+        with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as out:
+            cmd = [sys.executable, "-m", "benchmarks.speed", "--inner", name, "--out", out]
+            cmd += ["--n-jobs", str(n_jobs), "--seeds", str(seeds)]
+            cmd += ["--members-per-process", str(members_per_process), "--device", device]
+            proc, wall = timed(cmd, name)
+            outcome["rows"] = summarize(w.experiment, load_runs(out, w.experiment.name))
+            outcome["peak_kb"] = int(proc.stdout.rsplit("PEAK_RSS_KB", 1)[1].split()[0])
+        return wall
+
+    measured = reference_python is not None and bool(w.reference_args)
+    runs = [ours] + ([lambda: time_reference(name, reference_python)] if measured else [])
+    walls = alternating(repeat, *runs)
+    wall = statistics.median(walls[0])
     wall_all = wall * w.seeds / seeds
-    if reference_python and w.reference_args:
-        reference, source = time_reference(name, reference_python), "measured in this invocation"
+    if measured:
+        reference, source = statistics.median(walls[1]), "measured in this invocation"
     else:
         reference, source = w.reference_wall_s, REFERENCE_RECORDED
     ratio = f"{wall_all / reference:.2f}x" if reference else "n/a"
@@ -222,6 +250,10 @@ def measure(name: str, n_jobs: int, seeds: int | None, members_per_process: int,
     met = "" if not (reference and w.target_ratio) else (" (met)" if wall_all <= w.target_ratio * reference
                                                           else " (missed)")
     print(f"\n## {name}: {w.description}")
+    if repeat > 1:
+        times = [", ".join(f"{t:.1f}" for t in run_walls) for run_walls in walls]
+        print(f"{repeat} runs each, alternating; ours {times[0]} s"
+              + (f"; reference {times[1]} s" if measured else "") + "; medians compared")
     if seeds != w.seeds:
         batched = " (seeds batched: only a rough guide)" if members_per_process > 1 else ""
         print(
@@ -230,12 +262,12 @@ def measure(name: str, n_jobs: int, seeds: int | None, members_per_process: int,
         )
     print(
         f"wall {wall_all:.1f} s; ratio to the reference {ratio} (target {target}{met}; reference {ref}); "
-        f"peak RSS of the largest process {peak_gb:.2f} GB (reference {rss}); n_jobs {n_jobs}, "
-        f"members per process {members_per_process}, device {device}"
+        f"peak RSS of the largest process {outcome['peak_kb'] / 2**20:.2f} GB (reference {rss}); "
+        f"n_jobs {n_jobs}, members per process {members_per_process}, device {device}"
     )
     print("| algo | final (mean +- s.e.) | steps to threshold | s per seed | reference |")
     print("|---|---|---|---|---|")
-    for row in rows:
+    for row in outcome["rows"]:
         steps = row.get("steps", "")
         print(
             f"| {row['algo']} | {row['final']:.4f} +- {row['final_se']:.4f} | {steps} | "
@@ -256,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the interpreter of an environment with the paper's JAX code installed: time "
                              "its CLI on each workload in this invocation (default: its recorded times)")
     parser.add_argument("--device", default="cpu", help="PyTorch device of our runs (cpu, cuda, cuda:N)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each workload (and the reference) this many times, alternating, and "
+                             "compare the medians (default 1): a noisy machine's figures")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -264,12 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.workloads if name not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     try:
         check_device(args.device)
     except ValueError as error:
         parser.error(str(error))
     for name in args.workloads or list(WORKLOADS):
-        measure(name, args.n_jobs, args.seeds, args.members_per_process, args.reference_python, args.device)
+        measure(name, args.n_jobs, args.seeds, args.members_per_process, args.reference_python, args.device,
+                args.repeat)
     return 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.speed import WORKLOADS, time_reference
+from benchmarks.speed import WORKLOADS, alternating, main, time_reference
 
 
 def stand_in(tmp_path: Path, exit_code: int = 0) -> str:
@@ -43,3 +43,25 @@ def test_the_reference_runs_with_the_workloads_arguments(tmp_path: Path):
 def test_a_failing_reference_is_one_line(tmp_path: Path):
     with pytest.raises(SystemExit, match="the reference's mnist_full failed"):
         time_reference("mnist_full", stand_in(tmp_path, exit_code=3))
+
+
+def test_repeated_runs_alternate_ours_and_the_references():
+    calls = []
+
+    def run(label, seconds):
+        def timed_run():
+            calls.append(label)
+            return seconds + len(calls)
+        return timed_run
+
+    walls = alternating(3, run("ours", 10.0), run("reference", 20.0))
+    assert calls == ["ours", "reference"] * 3
+    assert walls == [[11.0, 13.0, 15.0], [22.0, 24.0, 26.0]]
+    with pytest.raises(ValueError, match="repeat must be at least 1, got 0"):
+        alternating(0, run("ours", 1.0))
+
+
+def test_a_bad_repeat_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit):
+        main(["tabular_single_full", "--repeat", "0"])
+    assert "--repeat must be at least 1, got 0" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from gymnasium.vector.utils import batch_space
 import tpo_gym  # noqa: F401  (registers the ids)
 from tpo_gym.envs.tokens import TokenTaskEnv
 from tpo_gym.sb3 import make_sb3_vec_env
+from tpo_gym.vector import uniform_ints
 
 CASES = [("TPO/KArmedBandit-v0", {"n_arms": 4, "correct_arm": 2}),
          ("TPO/MultiContextBandit-v0", {"n_contexts": 5, "n_arms": 3}),
@@ -228,3 +229,12 @@ def test_import_does_not_load_torch_or_sb3():
     code = ("import sys, tpo_gym, tpo_gym.vector, tpo_gym.envs.tokens, tpo_gym.envs.bandits; "
             "assert 'torch' not in sys.modules and 'stable_baselines3' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("high, size", [(60000, 100), (2, (5, 10)), (1, 3), (2**40, 7)])
+def test_uniform_ints_draw_what_integers_draws_and_leave_the_same_stream(high, size):
+    ours, numpy_s = np.random.default_rng(3), np.random.default_rng(3)
+    for _ in range(5):
+        got, want = uniform_ints(ours, high, size), numpy_s.integers(0, high, size=size, dtype=np.int64)
+        assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert ours.bit_generator.state == numpy_s.bit_generator.state

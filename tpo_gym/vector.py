@@ -78,6 +78,14 @@ def check_render_mode(render_mode: str | None, modes: list[str] | tuple[str, ...
     return render_mode
 
 
+def uniform_ints(rng: np.random.Generator, high: int, size: int | tuple[int, ...]) -> np.ndarray:
+    """``size`` integers drawn uniformly from ``0 .. high - 1`` (int64): ``rng.integers(0, high, size,
+    dtype=np.int64)`` with its bounds given as NumPy integers, which draws the same values from the same
+    stream and skips the checks NumPy makes of Python-int bounds (~12 us of a ~30 us call: a
+    population's context draws make 20-40 calls per update)."""
+    return rng.integers(np.int64(0), np.int64(high), size=size, dtype=np.int64)
+
+
 def readonly(array: np.ndarray) -> np.ndarray:
     """A read-only view of ``array``."""
     view = array.view()

@@ -18,6 +18,7 @@ from tpo_gym.vector import (
     check_int,
     check_int_array,
     readonly,
+    uniform_ints,
 )
 
 
@@ -45,7 +46,7 @@ class BanditTask(BatchedTask):
         self.action_space = spaces.Discrete(self.n_arms)
 
     def sample_contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.integers(0, self.n_contexts, size=n, dtype=np.int64)
+        return uniform_ints(rng, self.n_contexts, n)
 
     def check_contexts(self, contexts: Any) -> np.ndarray:
         return check_int_array("context", contexts, self.n_contexts, 1)

@@ -22,6 +22,7 @@ from tpo_gym.vector import (
     check_int_array,
     check_render_mode,
     readonly,
+    uniform_ints,
 )
 
 SPLITS = ("train", "test")
@@ -47,7 +48,7 @@ class MNISTTask(BatchedTask):
         return cls(*load_mnist(check_choice("split", split, SPLITS), data_dir=data_dir, download=download))
 
     def sample_contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.integers(0, len(self.data_labels), size=n, dtype=np.int64)
+        return uniform_ints(rng, len(self.data_labels), n)
 
     def check_contexts(self, contexts: Any) -> np.ndarray:
         return check_int_array("context", contexts, len(self.data_labels), 1)

@@ -49,6 +49,7 @@ from tpo_gym.vector import (
     check_int,
     check_int_array,
     readonly,
+    uniform_ints,
 )
 
 __all__ = ["FORMAT_INSTRUCTION", "REWARDS", "SPLITS", "SUCCESS_THRESHOLD", "ReasoningGymTask", "TextEnv",
@@ -205,7 +206,7 @@ class ReasoningGymTask:
 
     def sample_contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` item indices of the split, uniform with replacement, int64 [n]."""
-        return rng.integers(0, self.num_items, size=n, dtype=np.int64)
+        return uniform_ints(rng, self.num_items, n)
 
     def check_contexts(self, contexts: Any) -> np.ndarray:
         """Validate a 1-d batch of item indices and return a fresh int64 array."""

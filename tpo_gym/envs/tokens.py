@@ -21,6 +21,7 @@ from tpo_gym.vector import (
     check_int,
     check_int_array,
     readonly,
+    uniform_ints,
 )
 
 LOGICS = ("copy", "flip", "reverse_copy", "reverse_flip")
@@ -42,7 +43,7 @@ class TokenTask(BatchedTask):
         self.action_space = spaces.Discrete(self.vocab_size)
 
     def sample_contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.integers(0, self.vocab_size, size=(n, self.horizon), dtype=np.int64)
+        return uniform_ints(rng, self.vocab_size, (n, self.horizon))
 
     def check_contexts(self, contexts: Any) -> np.ndarray:
         prompts = check_int_array("prompt", contexts, self.vocab_size, 2)

@@ -21,6 +21,7 @@ from typing import Any
 
 from experiments.core import Experiment, RunSpec, is_finished, seed_path
 from experiments.jobs import (  # noqa: F401  (re-exported: the runner's public names)
+    BATCHINGS,
     TRAIN_DIAGNOSTICS,
     Job,
     Task,
@@ -100,6 +101,10 @@ def plan_jobs(tasks: list[Task], members_per_process: int = MEMBERS_PER_PROCESS,
                   if members_per_process > 1 and len(group) > 1 and not group[0][1].per_seed]
     kinds = dict(zip(candidates, batchable([groups[key][0][1].spec for key in candidates]), strict=True)
                  ) if candidates else {}
+    unknown = sorted(set(kinds.values()) - set(BATCHINGS))
+    if unknown:
+        raise ValueError(f"unknown batching {', '.join(map(repr, unknown))}; "
+                         f"choose from {', '.join(BATCHINGS)}")
     chunks, whole = [], []
     for key, group in groups.items():
         kind = kinds.get(key, "alone")

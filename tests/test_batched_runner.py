@@ -84,6 +84,8 @@ def test_two_processes_share_out_a_run_of_the_transformer_and_the_odd_run_of_a_t
     # a transformer's population costs its members' sum: every run is shared out over the processes
     assert [len(job) for job in plan_jobs(tasks, 100, kinds("shares"), 2)] == [3] * 5 + [2] * 5
     assert [len(job) for job in plan_jobs(tasks, 100, kinds("alone"), 2)] == [1] * 25
+    with pytest.raises(ValueError, match="unknown batching 'together'; choose from alone, shares, whole"):
+        plan_jobs(tasks, 100, kinds("together"), 2)
     token = get_experiment("vocab_sweep").build(1, True)["V2"]["tpo"]
     mnist = get_experiment("mnist").build(1, True)["B100"]["tpo"]
     assert batching([token, mnist, tasks[0].spec]) == ["shares", "whole", "whole"]

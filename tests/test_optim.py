@@ -180,6 +180,26 @@ def test_normalized_step_moves_by_alpha_in_global_norm() -> None:
     assert [g["step"] for g in opt2.param_groups] == [2, 2]
 
 
+def test_normalized_step_normalises_each_member_in_any_memory_layout() -> None:
+    """Population mode: member m moves by lr in its own norm over all its parameters, also for a
+    table stored action-major (strides of a transposed tensor) and a parameter of one number per member."""
+    rng = np.random.default_rng(6)
+    table = torch.nn.Parameter(torch.as_tensor(rng.normal(size=(3, 5, 4)), dtype=torch.float32)
+                               .permute(2, 0, 1).contiguous().permute(1, 2, 0))  # [S, C, A], A outermost
+    scalar = torch.nn.Parameter(torch.as_tensor(rng.normal(size=3), dtype=torch.float32))
+    g_table, g_scalar = rng.normal(size=(3, 5, 4)), rng.normal(size=3)
+    table.grad = torch.as_tensor(g_table, dtype=torch.float32).permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    scalar.grad = torch.as_tensor(g_scalar, dtype=torch.float32)
+    before_table, before_scalar = table.detach().clone(), scalar.detach().clone()
+    NormalizedStep([table, scalar], lr=0.5, n_members=3).step()
+    g_table, g_scalar = table.grad.double().numpy(), scalar.grad.double().numpy()  # the float32 gradients
+    norms = np.sqrt((g_table**2).sum((1, 2)) + g_scalar**2 + 1e-30)
+    np.testing.assert_allclose((table.detach() - before_table).numpy(),
+                               -0.5 * g_table / norms[:, None, None], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose((scalar.detach() - before_scalar).numpy(), -0.5 * g_scalar / norms,
+                               rtol=1e-5, atol=1e-7)
+
+
 def test_a_tabular_run_never_imports_the_compiler() -> None:
     """Our optimizers skip torch's compile guards, whose first call imports torch._dynamo (~2 s a process)."""
     code = ("import sys; import tpo_gym; from agents.zoo.registry import make_agent; "

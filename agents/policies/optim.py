@@ -89,21 +89,30 @@ class NormalizedStep(EagerOptimizer):
         if not grads:
             return loss
         members = self.n_members
-        sq = torch.zeros(() if members == 1 else (members,), dtype=torch.float64, device=grads[0].device)
-        for g in grads:
-            squares = g.double().square()
-            sq += squares.sum() if members == 1 else squares.sum(tuple(range(1, g.dim())))
+        sq = sum(_squared_norm(g, members > 1) for g in grads)
         eps = self.param_groups[0]["eps"]
         inv_norm = 1.0 / torch.sqrt(sq + eps)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                scale = group["lr"] * inv_norm
+                scale = (group["lr"] * inv_norm).to(p.dtype)
                 if members > 1:
                     scale = scale.reshape(members, *[1] * (p.dim() - 1))
-                p.sub_(p.grad * scale.to(p.dtype))
+                p.addcmul_(p.grad, scale, value=-1.0)
         return loss
+
+
+def _squared_norm(g: Tensor, per_member: bool) -> Tensor:
+    """``sum(g**2)`` accumulated in float64 (a scalar), or per member ``[S]`` (the leading axis) with
+    ``per_member``: one pass over ``g`` in its memory order, without a float64 copy of it."""
+    if not per_member:
+        return torch.linalg.vector_norm(g, dtype=torch.float64).square()
+    order = sorted(range(g.dim()), key=lambda d: -g.stride(d))  # a view of g in memory order
+    rest = tuple(i for i, d in enumerate(order) if d != 0)
+    if not rest:  # one number per member
+        return g.double().square()
+    return torch.linalg.vector_norm(g.permute(order), dim=rest, dtype=torch.float64).square()
 
 
 def newton_schulz(

@@ -15,6 +15,7 @@ import tpo_gym  # noqa: F401
 from agents.engine import (
     TablePopulationCollector,
     fused_collector,
+    pixel_bytes,
     wants_rollout_metrics,
     wants_train_diagnostics,
 )
@@ -229,3 +230,17 @@ def test_fused_mnist_updates_equal_the_generic_path(name: str, n_seeds: int) -> 
     (fused, *fused_logs), (generic, *generic_logs) = runs
     assert th.equal(fused, generic)
     assert fused_logs == generic_logs
+
+
+def test_pixel_bytes_give_the_images_back_bit_for_bit() -> None:
+    raw = np.arange(256, dtype=np.uint8).repeat(3).reshape(-1, 12)  # every byte value
+    images = th.from_numpy(np.divide(raw, np.float32(255.0), dtype=np.float32))  # as load_mnist reads them
+    found = pixel_bytes(images)
+    assert found is not None and found.dtype == th.uint8 and th.equal(found, th.from_numpy(raw))
+    assert th.equal(found.float().div_(255.0), images)
+    assert pixel_bytes(images) is found  # once per data set
+    noisy = images.clone()
+    noisy[5, 3] = th.nextafter(noisy[5, 3], th.tensor(2.0))  # one value off bytes / 255 by one ulp
+    assert pixel_bytes(noisy) is None
+    assert pixel_bytes(images * 2) is None  # beyond 255 / 255
+    assert pixel_bytes(th.full((2, 3), float("nan"))) is None

@@ -164,6 +164,7 @@ def test_normalized_step_moves_by_alpha_in_global_norm() -> None:
     ga, gb = rng.normal(size=(3, 4)), rng.normal(size=(5,))
     a.grad, b.grad = torch.as_tensor(ga), torch.as_tensor(gb)
     opt.step()
+    assert np.array_equal(a.grad.numpy(), ga) and np.array_equal(b.grad.numpy(), gb)  # float64: not squared
     after = torch.cat([a.detach().flatten(), b.detach().flatten()])
     delta = (after - before).numpy()
     g = np.concatenate([ga.ravel(), gb.ravel()])
@@ -180,6 +181,10 @@ def test_normalized_step_moves_by_alpha_in_global_norm() -> None:
     assert [g["step"] for g in opt2.param_groups] == [2, 2]
 
 
+def th_equal_grads(grad: torch.Tensor, values: np.ndarray) -> bool:
+    return bool(torch.equal(grad, torch.as_tensor(values, dtype=grad.dtype)))
+
+
 def test_normalized_step_normalises_each_member_in_any_memory_layout() -> None:
     """Population mode: member m moves by lr in its own norm over all its parameters, also for a
     table stored action-major (strides of a transposed tensor) and a parameter of one number per member."""
@@ -192,6 +197,7 @@ def test_normalized_step_normalises_each_member_in_any_memory_layout() -> None:
     scalar.grad = torch.as_tensor(g_scalar, dtype=torch.float32)
     before_table, before_scalar = table.detach().clone(), scalar.detach().clone()
     NormalizedStep([table, scalar], lr=0.5, n_members=3).step()
+    assert th_equal_grads(table.grad, g_table) and th_equal_grads(scalar.grad, g_scalar)  # left as they were
     g_table, g_scalar = table.grad.double().numpy(), scalar.grad.double().numpy()  # the float32 gradients
     norms = np.sqrt((g_table**2).sum((1, 2)) + g_scalar**2 + 1e-30)
     np.testing.assert_allclose((table.detach() - before_table).numpy(),

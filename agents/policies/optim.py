@@ -104,15 +104,16 @@ class NormalizedStep(EagerOptimizer):
 
 
 def _squared_norm(g: Tensor, per_member: bool) -> Tensor:
-    """``sum(g**2)`` accumulated in float64 (a scalar), or per member ``[S]`` (the leading axis) with
-    ``per_member``: one pass over ``g`` in its memory order, without a float64 copy of it."""
+    """``sum(g**2)`` in float64 (exact squares of float32 values, float64 sums): a scalar, or one sum
+    per member ``[S]`` (the leading axis) with ``per_member``, read in ``g``'s memory order (a table
+    stored action-major sums its outer axis first) and squared in place in a float64 copy (never in ``g``)."""
     if not per_member:
-        return torch.linalg.vector_norm(g, dtype=torch.float64).square()
+        return g.to(torch.float64, copy=True).square_().sum()
     order = sorted(range(g.dim()), key=lambda d: -g.stride(d))  # a view of g in memory order
     rest = tuple(i for i, d in enumerate(order) if d != 0)
     if not rest:  # one number per member
-        return g.double().square()
-    return torch.linalg.vector_norm(g.permute(order), dim=rest, dtype=torch.float64).square()
+        return g.to(torch.float64, copy=True).square_()
+    return g.permute(order).to(torch.float64, copy=True).square_().sum(rest)
 
 
 def newton_schulz(

@@ -167,6 +167,9 @@ class TableSingleCollector:
         return batch
 
 
+PIXEL_CHUNK_ROWS = 4096
+"""Rows of images :func:`pixel_bytes` converts at a time."""
+
 _PIXEL_BYTES: dict[tuple[int, tuple[int, ...], tuple[int, ...]], tuple[th.Tensor, th.Tensor | None]] = {}
 """The last :func:`pixel_bytes` answers, by the images' memory (holding the images keeps it theirs)."""
 
@@ -179,13 +182,17 @@ def pixel_bytes(images: th.Tensor) -> th.Tensor | None:
     key = (images.data_ptr(), tuple(images.shape), tuple(images.stride()))
     if key in _PIXEL_BYTES:
         return _PIXEL_BYTES[key][1]
-    raw = None
-    if images.dtype == th.float32 and images.numel():
-        scaled = images.mul(255.0).round_()
-        lo, hi = th.aminmax(scaled)
-        if 0 <= float(lo) and float(hi) <= 255:
-            raw = scaled.to(th.uint8)
-            raw = raw if th.equal(raw.float().div_(255.0), images) else None
+    raw: th.Tensor | None = None
+    if images.dtype == th.float32 and images.dim() and images.numel():
+        raw = th.empty(images.shape, dtype=th.uint8, device=images.device)
+        for start in range(0, len(images), PIXEL_CHUNK_ROWS):  # in chunks: no full-size float temporaries
+            part, out = images[start:start + PIXEL_CHUNK_ROWS], raw[start:start + PIXEL_CHUNK_ROWS]
+            scaled = part.mul(255.0).round_()
+            lo, hi = th.aminmax(scaled)
+            in_range = 0 <= float(lo) and float(hi) <= 255
+            if not (in_range and th.equal(out.copy_(scaled).float().div_(255.0), part)):
+                raw = None
+                break
     if len(_PIXEL_BYTES) >= 2:
         _PIXEL_BYTES.pop(next(iter(_PIXEL_BYTES)))
     _PIXEL_BYTES[key] = (images, raw)

@@ -11,6 +11,7 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 
+import agents.engine as engine_module
 import tpo_gym  # noqa: F401
 from agents.engine import (
     TablePopulationCollector,
@@ -232,7 +233,8 @@ def test_fused_mnist_updates_equal_the_generic_path(name: str, n_seeds: int) -> 
     assert fused_logs == generic_logs
 
 
-def test_pixel_bytes_give_the_images_back_bit_for_bit() -> None:
+def test_pixel_bytes_give_the_images_back_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "PIXEL_CHUNK_ROWS", 5)  # 64 rows: 13 chunks
     raw = np.arange(256, dtype=np.uint8).repeat(3).reshape(-1, 12)  # every byte value
     images = th.from_numpy(np.divide(raw, np.float32(255.0), dtype=np.float32))  # as load_mnist reads them
     found = pixel_bytes(images)
@@ -240,7 +242,7 @@ def test_pixel_bytes_give_the_images_back_bit_for_bit() -> None:
     assert th.equal(found.float().div_(255.0), images)
     assert pixel_bytes(images) is found  # once per data set
     noisy = images.clone()
-    noisy[5, 3] = th.nextafter(noisy[5, 3], th.tensor(2.0))  # one value off bytes / 255 by one ulp
+    noisy[50, 3] = th.nextafter(noisy[50, 3], th.tensor(2.0))  # one value off bytes / 255 by one ulp
     assert pixel_bytes(noisy) is None
     assert pixel_bytes(images * 2) is None  # beyond 255 / 255
     assert pixel_bytes(th.full((2, 3), float("nan"))) is None

@@ -104,16 +104,13 @@ class NormalizedStep(EagerOptimizer):
 
 
 def _squared_norm(g: Tensor, per_member: bool) -> Tensor:
-    """``sum(g**2)`` in float64 (exact squares of float32 values, float64 sums): a scalar, or one sum
-    per member ``[S]`` (the leading axis) with ``per_member``, read in ``g``'s memory order (a table
-    stored action-major sums its outer axis first) and squared in place in a float64 copy (never in ``g``)."""
+    """``sum(g**2)`` in float64 (exact squares of float32 values, float64 sums), squared in place in a
+    float64 copy (never in ``g``): a scalar, or with ``per_member`` one sum per member ``[S]`` over every
+    axis after the leading one (a ``[S]`` parameter is its own squares: ``sum(())`` would sum them all)."""
+    squares = g.to(torch.float64, copy=True).square_()
     if not per_member:
-        return g.to(torch.float64, copy=True).square_().sum()
-    order = sorted(range(g.dim()), key=lambda d: -g.stride(d))  # a view of g in memory order
-    rest = tuple(i for i, d in enumerate(order) if d != 0)
-    if not rest:  # one number per member
-        return g.to(torch.float64, copy=True).square_()
-    return g.permute(order).to(torch.float64, copy=True).square_().sum(rest)
+        return squares.sum()
+    return squares.sum(tuple(range(1, g.dim()))) if g.dim() > 1 else squares
 
 
 def newton_schulz(

@@ -23,6 +23,7 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
+from agents.losses import is_action_major
 from agents.policies.base import member_of_rows, multinomial_rows
 from agents.policies.protocols import ActionPolicy, SequencePolicy
 
@@ -248,12 +249,21 @@ def _run_episodes(
         elif done.any():
             raise RuntimeError("sub-envs of a grouped env must finish their episodes together")
     step_rewards = np.stack(steps.pop("rewards"), axis=1)
-    batch = {key: th.stack(values, dim=1) for key, values in steps.items() if values}
+    batch = {key: stack_steps(values) for key, values in steps.items() if values}
     batch["token_rewards"] = _as_tensor(
         step_rewards if token_rewards is None else token_rewards, device
     ).float()
     batch["returns"] = _as_tensor(step_rewards.sum(axis=1), device).float()
     return batch
+
+
+def stack_steps(values: list[th.Tensor]) -> th.Tensor:
+    """``th.stack(values, dim=1)``: per-step ``[N, ..., A]`` tensors as ``[N, T, ..., A]``, in the steps'
+    layout where they are action-major (:func:`agents.losses.is_action_major`: the log-probabilities of
+    a policy with few actions), so that the batch's sums over A round as the steps' own."""
+    if not is_action_major(values[0]):
+        return th.stack(values, dim=1)
+    return th.stack([value.movedim(-1, 0) for value in values], dim=2).movedim(0, -1)
 
 
 @th.no_grad()

@@ -474,7 +474,19 @@ def test_exact_dg_weights_each_action_by_pi_old():
 
 def _action_major(x: torch.Tensor) -> torch.Tensor:
     """The same values with the last axis outermost in memory (a small logit table's layout)."""
-    return x.movedim(-1, 0).contiguous().movedim(0, -1)
+    out = L.as_action_major(x)
+    assert out.movedim(-1, 0).is_contiguous()
+    torch.testing.assert_close(out, x, rtol=0, atol=0, equal_nan=True)
+    return out
+
+
+def test_as_action_major_copies_only_what_is_not_action_major() -> None:
+    table = torch.randn(6, 3)
+    moved = L.as_action_major(table)
+    assert moved.data_ptr() != table.data_ptr() and moved.stride() == (1, 6)
+    assert L.as_action_major(moved) is moved  # already action-major: itself
+    for one_axis in (torch.randn(5), torch.randn(4, 1)):
+        assert L.as_action_major(one_axis) is one_axis
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (4, 6, 10), (2, 1)])

@@ -10,6 +10,8 @@ from stable_baselines3.common.preprocessing import get_flattened_obs_dim, prepro
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor, nn
 
+from agents.losses import ACTION_MAJOR_MAX_ACTIONS, as_action_major, log_softmax_last
+
 from .base import GroupPolicy, lecun_normal_
 
 __all__ = ["MlpSoftmaxPolicy"]
@@ -137,7 +139,14 @@ class MlpSoftmaxPolicy(GroupPolicy):
         return x.reshape(x.shape[0], -1).to(self.device)
 
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
-        return torch.log_softmax(self.logits(obs), dim=-1)
+        """``log_softmax`` of the logits ``[N, n_actions]``; with few actions (at most
+        ``ACTION_MAJOR_MAX_ACTIONS``) computed on an action-major copy of the logits and returned in
+        that layout, where torch's CPU softmax along a short last axis is slow
+        (:func:`agents.losses.log_softmax_last`)."""
+        logits = self.logits(obs)
+        if self.n_actions <= ACTION_MAJOR_MAX_ACTIONS:
+            return log_softmax_last(as_action_major(logits))
+        return torch.log_softmax(logits, dim=-1)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()

@@ -9,18 +9,13 @@ from gymnasium import spaces
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor, nn
 
-from agents.losses import log_softmax_last
+from agents.losses import ACTION_MAJOR_MAX_ACTIONS, is_action_major, log_softmax_last
 
 from .base import GroupPolicy
 from .optim import NormalizedStep
 
 __all__ = ["ACTION_MAJOR_MAX_ACTIONS", "TabularSoftmaxPolicy"]
 
-#: Tables of several contexts with at most this many actions lie action-major in memory (the actions
-#: axis outermost), where torch's CPU softmax along a short last axis is slow
-#: (:func:`agents.losses.log_softmax_last`): measured 2-10x faster for 2 to 10 actions, equal at 16,
-#: slower beyond.
-ACTION_MAJOR_MAX_ACTIONS = 10
 
 
 class TabularSoftmaxPolicy(GroupPolicy):
@@ -102,7 +97,11 @@ class TabularSoftmaxPolicy(GroupPolicy):
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
         contexts = self.context_index(obs)
         # the table is normalised once, then its rows gathered (rows repeat contexts), in its layout
-        table = log_softmax_last(self.logits).movedim(-1, 0)
+        table = log_softmax_last(self.logits)
+        if not is_action_major(table):
+            members = () if self.n_members == 1 else (self.member_index(len(contexts)),)
+            return table[(*members, contexts)]
+        table = table.movedim(-1, 0)
         if self.n_members == 1:
             return table[:, contexts].movedim(0, -1)
         return table[:, self.member_index(len(contexts)), contexts].movedim(0, -1)

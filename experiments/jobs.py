@@ -118,6 +118,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     """
     import torch
 
+    from agents.allocator import keep_freed_memory
     from agents.provenance import code_version
     from experiments.recorders import RECORDERS
 
@@ -126,6 +127,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
             t.spec != spec for t in job):
         raise ValueError(f"{describe(job)}: a job is consecutive seeds of one run")
     torch.set_num_threads(1)
+    keep_freed_memory()  # the job's updates reuse their tensors' memory (fewer page faults)
     warnings.filterwarnings("ignore", category=UserWarning)
     code = code or code_version()
     start = time.perf_counter()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+from agents.allocator import keep_freed_memory
 from agents.zoo import cli, optimize, run
 from agents.zoo import hyperparams as hp
 
@@ -39,7 +40,9 @@ def train(argv: list[str] | None = None) -> run.TrainResult | optimize.OptimizeR
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of ``train.py``: :func:`train` with configuration errors as a one-line message."""
+    """Entry point of ``train.py``: :func:`train` with configuration errors as a one-line message, in a
+    process that keeps freed memory for reuse (:func:`agents.allocator.keep_freed_memory`)."""
+    keep_freed_memory()
     try:
         train(argv)
     except hp.ConfigError as err:

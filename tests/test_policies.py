@@ -17,6 +17,7 @@ from agents.policies import (
     TabularPolicy,
     TransformerPolicy,
 )
+from agents.policies.transformer import gelu_tanh
 
 torch.set_num_threads(1)
 
@@ -164,8 +165,21 @@ def test_transformer_init_statistics() -> None:
         if name.endswith("scale"):
             assert (p == 1).all(), name
     assert model.ln_f.eps == 1e-6 and model.layers[0].ln1.eps == 1e-6
-    gelu = torch.nn.functional.gelu(torch.tensor(1.0), approximate="tanh").item()
-    assert abs(gelu - 0.841192) < 1e-6
+    assert abs(gelu_tanh(torch.tensor(1.0)).item() - 0.841192) < 1e-6  # flax's nn.gelu(1.0)
+
+
+def test_gelu_tanh_equals_torch_tanh_gelu_and_its_gradient() -> None:
+    x = torch.linspace(-12, 12, 2001)
+    torch_gelu = torch.nn.functional.gelu(x, approximate="tanh")
+    torch.testing.assert_close(gelu_tanh(x), torch_gelu, rtol=1e-6, atol=1e-6)
+    assert gelu_tanh(torch.tensor(0.0)).item() == 0.0
+    exact = x.double().requires_grad_()
+    torch.nn.functional.gelu(exact, approximate="tanh").sum().backward()
+    leaf = x.clone().requires_grad_()
+    gelu_tanh(leaf).sum().backward()
+    torch.testing.assert_close(leaf.grad.double(), exact.grad, rtol=1e-5, atol=1e-6)
+    small = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(gelu_tanh, (small,))
 
 
 def numpy_forward(policy: TransformerPolicy, tokens: np.ndarray) -> np.ndarray:

@@ -17,7 +17,6 @@ from .optim import NormalizedStep
 __all__ = ["ACTION_MAJOR_MAX_ACTIONS", "TabularSoftmaxPolicy"]
 
 
-
 class TabularSoftmaxPolicy(GroupPolicy):
     """``pi(a | c) = softmax(z[c])`` with a logit table ``z`` of shape ``[n_contexts, n_actions]``.
 

@@ -97,13 +97,10 @@ class TabularSoftmaxPolicy(GroupPolicy):
         contexts = self.context_index(obs)
         # the table is normalised once, then its rows gathered (rows repeat contexts), in its layout
         table = log_softmax_last(self.logits)
+        rows = (contexts,) if self.n_members == 1 else (self.member_index(len(contexts)), contexts)
         if not is_action_major(table):
-            members = () if self.n_members == 1 else (self.member_index(len(contexts)),)
-            return table[(*members, contexts)]
-        table = table.movedim(-1, 0)
-        if self.n_members == 1:
-            return table[:, contexts].movedim(0, -1)
-        return table[:, self.member_index(len(contexts)), contexts].movedim(0, -1)
+            return table[rows]
+        return table.movedim(-1, 0)[(slice(None), *rows)].movedim(0, -1)
 
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:
         table = self.logits if self.n_members > 1 else self.logits.unsqueeze(0)

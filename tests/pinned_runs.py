@@ -42,8 +42,9 @@ FIRST_RTOL = 2e-5
 """Relative tolerance of update 0 (the initial parameters: only the order of float sums differs)."""
 LATER_RTOL = 1e-3
 """Relative tolerance of updates 1 .. N_PINNED - 1 (the worst seen across kernels: 9.1e-5, ``token/ppo``)."""
-ATOL = 1e-6
-"""Absolute tolerance of every pinned value (a gradient norm of exactly 0 is ~1e-7 on other kernels)."""
+ATOL = 1e-5
+"""Absolute tolerance of every pinned value: a batch without reward signal has a zero gradient in exact
+arithmetic, whose norm is rounding noise (seen from 1e-7 to 1.5e-6 across kernels and matmul layouts)."""
 KEYS = ("rollout/task_error", "train/loss", "train/grad_norm")
 PINNED = Path(__file__).parent / "data" / "pinned_updates.json"
 

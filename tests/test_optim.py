@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.policies.optim import MuonAdam, NormalizedStep, newton_schulz, split_muon_adam
+from agents.policies.optim import MuonAdam, NormalizedStep, newton_schulz, newton_schulz_all, split_muon_adam
 
 torch.set_num_threads(1)
 
@@ -214,3 +214,15 @@ def test_a_tabular_run_never_imports_the_compiler() -> None:
             "print('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split()[-1] == "False"
+
+
+def test_newton_schulz_all_equals_each_matrix_alone() -> None:
+    """Small matrices of one shape (after transposing tall ones) are orthogonalized in one batched call,
+    large ones alone: every result equals that matrix's own ``newton_schulz`` (float32 rounding)."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(2, 32), (2, 32), (32, 2), (2, 8, 3), (2, 3, 8), (64, 256), (2, 256, 64), (20, 64)]
+    matrices = [torch.randn(shape, generator=gen) for shape in shapes]
+    together = newton_schulz_all(matrices)
+    for x, result in zip(matrices, together, strict=True):
+        assert result.shape == x.shape
+        torch.testing.assert_close(result, newton_schulz(x), rtol=1e-5, atol=1e-6)

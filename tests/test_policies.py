@@ -17,7 +17,7 @@ from agents.policies import (
     TabularPolicy,
     TransformerPolicy,
 )
-from agents.policies.transformer import gelu_tanh
+from agents.policies.transformer import causal_attention, gelu_tanh
 
 torch.set_num_threads(1)
 
@@ -351,6 +351,46 @@ def test_grouped_completion_log_probs_equal_the_plain_forward_and_its_gradient()
         (weights * log_probs).sum().backward(retain_graph=True)
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-4)
+
+
+@pytest.mark.parametrize("n_queries, n_keys, start", [(7, 7, 0), (3, 7, 4), (1, 7, 6), (4, 9, 2)])
+def test_causal_attention_equals_torch_sdpa_and_its_gradient(n_queries: int, n_keys: int, start: int) -> None:
+    """Queries at positions start..start+Tq-1 attend to keys 0..their own position, as torch's SDPA with
+    that mask; forward and the gradients of q, k and v agree up to float32 rounding."""
+    gen = torch.Generator().manual_seed(start)
+    q = torch.randn(5, 2, n_queries, 8, generator=gen, requires_grad=True)
+    k, v = (torch.randn(5, 2, n_keys, 8, generator=gen, requires_grad=True) for _ in range(2))
+    mask = torch.ones(n_queries, n_keys, dtype=torch.bool).tril(diagonal=start)
+    weights = torch.randn(5, 2, n_queries, 8, generator=gen)
+    outputs, grads = [], []
+    for attend in (lambda: causal_attention(q, k, v, start),
+                   lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)):
+        out = attend()
+        outputs.append(out)
+        grads.append(torch.autograd.grad((weights * out).sum(), (q, k, v)))
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-6)
+    for ours, torch_grad in zip(*grads, strict=True):
+        torch.testing.assert_close(ours, torch_grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_members", [1, 2])
+def test_hidden_from_a_position_equals_the_full_forward_and_its_gradient(n_members: int) -> None:
+    """The last layer computes its outputs from ``first`` on only: the same rows and parameter gradients
+    as the full forward's."""
+    policy = token_policy(V=3, H=4, seed=5, n_members=n_members)
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 3, (4 * n_members, 7), generator=gen)
+    weights = torch.randn(4 * n_members, 4, policy.model.d_model, generator=gen)
+    grads = []
+    for hidden in (policy.model.hidden(tokens, 3), policy.model.hidden(tokens)[:, 3:]):
+        assert hidden.shape == (4 * n_members, 4, policy.model.d_model)
+        policy.zero_grad()
+        (weights * hidden).sum().backward()
+        grads.append({name: p.grad.clone() for name, p in policy.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(policy.model.hidden(tokens, 3), policy.model.hidden(tokens)[:, 3:])
+    for name, grad in grads[0].items():
+        if not name.endswith("key.bias"):  # zero in exact arithmetic: rounding noise
+            torch.testing.assert_close(grad, grads[1][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_a_small_multi_context_table_lies_action_major_and_saves_as_it_is(tmp_path) -> None:

@@ -22,7 +22,9 @@ POPULATION = dict(learning_rate=0.1, batch_size=100, n_epochs=1, group_mode="pop
 MNIST = dict(learning_rate=1e-3, batch_size=8, group_mode="single")
 ARMS, CONTEXTS = {"n_arms": 10}, {"n_contexts": 12, "n_arms": 5}
 TOKENS = {"sequence_length": 4, "vocab_size": 3, "reward": "bag_of_tokens"}
-TERMINAL = {"sequence_length": 3, "vocab_size": 2, "reward": "terminal"}
+#: H = 2: every member's batches carry some reward. A batch without any (every group's scores equal) has a
+#: zero gradient in exact arithmetic, and Muon would orthogonalize its rounding noise into a full step.
+TERMINAL = {"sequence_length": 2, "vocab_size": 2, "reward": "terminal"}
 SMALL = dict(learning_rate=1e-3, batch_size=4, group_size=4, n_epochs=2,
              policy_kwargs={"d_model": 16, "n_layers": 1})
 REVERSAL, TRANSFORMER = "TPO/TokenReversal-v0", "TransformerPolicy"

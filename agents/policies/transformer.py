@@ -125,25 +125,23 @@ class MultiHeadAttention(nn.Module):
         kernel = self.out.kernel.reshape(*self.out.kernel.shape[:-3], width, -1)
         return linear(o.reshape(-1, width), kernel, self.out.bias).reshape(*o.shape[:-2], -1)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Full causal attention over ``x [N, T, d]``."""
+    def forward(self, x: Tensor, first: int = 0) -> Tensor:
+        """Causal attention over ``x [N, T, d]``, for the queries at positions ``first..T-1`` only (every
+        position's keys and values): ``[N, T - first, d]``."""
         q, k, v = (t.transpose(1, 2) for t in self.qkv(x))  # [N, heads, T, d_head]
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(self.head_dim))
-        return self.project_out(o.transpose(1, 2))
+        return self.project_out(causal_attention(q[:, :, first:], k, v, first).transpose(1, 2))
 
-    def forward_with_prefix(self, prefix: Tensor, suffix: Tensor, owner: Tensor) -> tuple[Tensor, Tensor]:
-        """Causal attention of shared prefixes ``[P, Tp, d]`` and of suffixes ``[R, Ts, d]``, suffix ``r``
-        continuing prefix ``owner[r]``: each suffix attends to its prefix's keys, then causally to its own."""
+    def forward_with_prefix(
+        self, prefix: Tensor, suffix: Tensor, owner: Tensor, first: int = 0
+    ) -> tuple[Tensor, Tensor]:
+        """Causal attention of shared prefixes ``[P, Tp, d]`` (queries at positions ``first..Tp-1``) and of
+        suffixes ``[R, Ts, d]``, suffix ``r`` continuing prefix ``owner[r]``: each suffix attends to its
+        prefix's keys, then causally to its own."""
         q, k, v = (t.transpose(1, 2) for t in self.qkv(prefix))
-        scale = 1.0 / math.sqrt(self.head_dim)
-        out_prefix = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        out_prefix = causal_attention(q[:, :, first:], k, v, first)
         qs, ks, vs = (t.transpose(1, 2) for t in self.qkv(suffix))
         keys, values = torch.cat([k[owner], ks], dim=2), torch.cat([v[owner], vs], dim=2)
-        n_prefix, n_suffix = prefix.shape[1], suffix.shape[1]
-        mask = torch.ones(n_suffix, n_prefix + n_suffix, dtype=torch.bool, device=suffix.device)
-        out_suffix = F.scaled_dot_product_attention(
-            qs, keys, values, attn_mask=mask.tril(diagonal=n_prefix), scale=scale
-        )
+        out_suffix = causal_attention(qs, keys, values, prefix.shape[1])
         return self.project_out(out_prefix.transpose(1, 2)), self.project_out(out_suffix.transpose(1, 2))
 
     def forward_cached(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, start: int) -> Tensor:
@@ -155,14 +153,29 @@ class MultiHeadAttention(nn.Module):
         stop = start + x.shape[1]
         cache_k[:, :, start:stop] = k
         cache_v[:, :, start:stop] = v
-        keys, values = cache_k[:, :, :stop], cache_v[:, :, :stop]
-        scale = 1.0 / math.sqrt(self.head_dim)
-        if x.shape[1] == 1:
-            o = F.scaled_dot_product_attention(q, keys, values, scale=scale)
-        else:
-            mask = torch.ones(x.shape[1], stop, dtype=torch.bool, device=x.device).tril(diagonal=start)
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+        o = causal_attention(q, cache_k[:, :, :stop], cache_v[:, :, :stop], start)
         return self.project_out(o.transpose(1, 2))
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, start: int = 0) -> Tensor:
+    """``softmax(q k^T / sqrt(d_head) + mask) v`` for queries ``q [N, heads, Tq, d_head]`` at positions
+    ``start..start+Tq-1`` over keys and values ``[N, heads, Tk, d_head]`` at positions ``0..Tk-1``: query i
+    attends to keys ``0..start+i``.
+
+    Written as two batched matmuls and a softmax: on the token tasks' short sequences (T <= 2H = 20,
+    d_head = 32) this is faster than torch's CPU ``scaled_dot_product_attention`` (flash kernel): on
+    ``[200, 2, 19, 32]``, forward 0.66 vs 0.90 ms and forward + backward 2.1 vs 3.3 ms (one thread,
+    AVX-512 kernels; 2.1 vs 3.0 ms with AVX2's); equal to it up to float32 rounding (1e-6).
+    """
+    n_queries, n_keys, d_head = q.shape[-2], k.shape[-2], q.shape[-1]
+    batch = q.shape[:-2]
+    scores = torch.bmm(q.reshape(-1, n_queries, d_head), k.reshape(-1, n_keys, d_head).mT)
+    scores = scores.mul_(1.0 / math.sqrt(d_head))
+    if start + n_queries > 1:
+        hidden = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).triu_(start + 1)
+        scores = scores.masked_fill_(hidden, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.bmm(weights, v.reshape(-1, n_keys, d_head)).reshape(*batch, n_queries, d_head)
 
 
 GELU_C = math.sqrt(2.0 / math.pi)
@@ -218,13 +231,19 @@ class Block(nn.Module):
         self.ln2 = LayerNorm(d_model)
         self.mlp = MlpBlock(d_model, ffn_hidden)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x: Tensor, first: int = 0) -> Tensor:
+        """The layer's output at positions ``first..T-1`` of ``x [N, T, d]`` (the keys and values of every
+        position enter the attention)."""
+        x = x[:, first:] + self.attn(self.ln1(x), first)
         return x + self.mlp(self.ln2(x))
 
-    def forward_with_prefix(self, prefix: Tensor, suffix: Tensor, owner: Tensor) -> tuple[Tensor, Tensor]:
-        attn_prefix, attn_suffix = self.attn.forward_with_prefix(self.ln1(prefix), self.ln1(suffix), owner)
-        prefix, suffix = prefix + attn_prefix, suffix + attn_suffix
+    def forward_with_prefix(
+        self, prefix: Tensor, suffix: Tensor, owner: Tensor, first: int = 0
+    ) -> tuple[Tensor, Tensor]:
+        attn_prefix, attn_suffix = self.attn.forward_with_prefix(
+            self.ln1(prefix), self.ln1(suffix), owner, first
+        )
+        prefix, suffix = prefix[:, first:] + attn_prefix, suffix + attn_suffix
         return prefix + self.mlp(self.ln2(prefix)), suffix + self.mlp(self.ln2(suffix))
 
     def forward_cached(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, start: int) -> Tensor:
@@ -279,26 +298,34 @@ class CausalTransformer(nn.Module):
         """Final LayerNorm, head and log_softmax on hidden states ``[..., d]``."""
         return torch.log_softmax(self.head(self.ln_f(h)), dim=-1)
 
-    def hidden(self, tokens: Tensor) -> Tensor:
-        """Hidden states before the final LayerNorm, ``[N, T, d]`` for ``tokens [N, T]``."""
+    def hidden(self, tokens: Tensor, first: int = 0) -> Tensor:
+        """Hidden states before the final LayerNorm at positions ``first..T-1``, ``[N, T - first, d]`` for
+        ``tokens [N, T]``. Exact: the last layer computes its output rows from ``first`` on only (the
+        earlier positions enter it as keys and values), the rows ``hidden(tokens)[:, first:]`` holds."""
         if tokens.shape[1] > self.max_len:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_len {self.max_len}")
         x = self.embed(tokens)
-        for layer in self.layers:
-            x = layer(x)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x, first if i == last else 0)
         return x
 
-    def hidden_with_prefix(self, prefix: Tensor, suffix: Tensor, owner: Tensor) -> tuple[Tensor, Tensor]:
-        """Hidden states of prefixes ``[P, Tp]`` and of suffixes ``[R, Ts]`` (suffix ``r`` continues prefix
-        ``owner[r]``), computing each shared prefix once; exact: the suffix rows equal
-        ``hidden(cat(prefix[owner], suffix))[:, Tp:]``."""
+    def hidden_with_prefix(
+        self, prefix: Tensor, suffix: Tensor, owner: Tensor, first: int = 0
+    ) -> tuple[Tensor, Tensor]:
+        """Hidden states of prefixes ``[P, Tp]`` at positions ``first..Tp-1`` and of suffixes ``[R, Ts]``
+        (suffix ``r`` continues prefix ``owner[r]``), computing each shared prefix once; exact: the suffix
+        rows equal ``hidden(cat(prefix[owner], suffix))[:, Tp:]``, the prefix rows
+        ``hidden(prefix)[:, first:]``."""
         if prefix.shape[1] + suffix.shape[1] > self.max_len:
             raise ValueError(
                 f"sequence length {prefix.shape[1] + suffix.shape[1]} exceeds max_len {self.max_len}"
             )
         x_prefix, x_suffix = self.embed(prefix), self.embed(suffix, prefix.shape[1])
-        for layer in self.layers:
-            x_prefix, x_suffix = layer.forward_with_prefix(x_prefix, x_suffix, owner)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            start = first if i == last else 0
+            x_prefix, x_suffix = layer.forward_with_prefix(x_prefix, x_suffix, owner, start)
         return x_prefix, x_suffix
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -412,9 +439,10 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         positions = (H - 1 + n_generated).clamp(max=2 * H - 1)
         needed = int(positions.max()) + 1  # the causal mask makes a shorter forward exact
         tokens = tokens.masked_fill(is_pad, 0)[:, :needed]
-        hidden = self.model.hidden(tokens)
+        first = int(positions.min())
+        hidden = self.model.hidden(tokens, first)
         rows = torch.arange(tokens.shape[0], device=tokens.device)
-        return self.model.output(hidden[rows, positions])
+        return self.model.output(hidden[rows, positions - first])
 
     def completion_log_probs(self, prompts: Tensor, completions: Tensor) -> Tensor:
         """Teacher-forced next-token log-probs ``[N, H, V]`` of all output positions (H-1 .. 2H-2).
@@ -426,8 +454,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         completions = completions.to(self.device).long()
         H = prompts.shape[1]
         tokens = torch.cat([prompts, completions[:, :-1]], dim=1)
-        hidden = self.model.hidden(tokens)
-        return self.model.output(hidden[:, H - 1 :])
+        return self.model.output(self.model.hidden(tokens, H - 1))
 
     def grouped_completion_log_probs(self, prompts: Tensor, owner: Tensor, completions: Tensor) -> Tensor:
         """``completion_log_probs(prompts[owner], completions)`` with each prompt encoded once, ``[R, H, V]``.
@@ -438,9 +465,9 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         prompts, completions = prompts.to(self.device).long(), completions.to(self.device).long()
         owner = owner.to(self.device)
         hidden_prompts, hidden_completions = self.model.hidden_with_prefix(
-            prompts, completions[:, :-1], owner
+            prompts, completions[:, :-1], owner, prompts.shape[1] - 1
         )
-        first = self.model.output(hidden_prompts[:, -1:])[owner]
+        first = self.model.output(hidden_prompts)[owner]
         return torch.cat([first, self.model.output(hidden_completions)], dim=1)
 
     def completion_token_log_probs(self, prompts: Tensor, completions: Tensor) -> Tensor:

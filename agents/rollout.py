@@ -15,6 +15,7 @@ no Python loop over sub-envs, candidates or groups.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,10 +169,10 @@ def member_unique(keys: th.Tensor, n_members: int = 1) -> tuple[th.Tensor, th.Te
     into them; rows of different members are never merged.
     """
     if n_members == 1:
-        return th.unique(keys, dim=0, return_inverse=True)
+        return unique_rows(keys)
     device = keys.device
     member = member_of_rows(len(keys), n_members, device)
-    distinct, inverse = th.unique(th.cat([member.unsqueeze(1), keys], dim=1), dim=0, return_inverse=True)
+    distinct, inverse = unique_rows(th.cat([member.unsqueeze(1), keys], dim=1))
     owner = distinct[:, 0]
     counts = th.bincount(owner, minlength=n_members)
     width = int(counts.max())
@@ -180,6 +181,29 @@ def member_unique(keys: th.Tensor, n_members: int = 1) -> tuple[th.Tensor, th.Te
     source = starts.repeat_interleave(width)  # padding: the member's first distinct row
     source[slots] = th.arange(len(distinct), device=device)
     return distinct[source, 1:], slots[inverse]
+
+
+def unique_rows(keys: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+    """``th.unique(keys, dim=0, return_inverse=True)`` of integer rows ``[N, k]``: the distinct rows in
+    lexicographic order and each row's index into them.
+
+    Rows whose columns' ranges multiply to less than 2**62 are read as one mixed-radix integer each
+    (column j a digit in base ``max_j - min_j + 1``), whose numeric order is the rows' lexicographic
+    order, and made unique in one dimension: the same result, without ``unique(dim=0)``'s per-row work
+    (``[1600, 3]`` keys: 0.06 vs 1.6 ms, one thread). Wider keys go to ``th.unique(dim=0)``.
+    """
+    if keys.dim() != 2 or len(keys) == 0 or keys.is_floating_point():
+        return th.unique(keys, dim=0, return_inverse=True)
+    low, high = keys.min(0).values, keys.max(0).values
+    spans = (high - low + 1).tolist()
+    if math.prod(spans) >= 2**62:
+        return th.unique(keys, dim=0, return_inverse=True)
+    weights = [math.prod(spans[j + 1 :]) for j in range(len(spans))]
+    place = th.tensor(weights, dtype=th.int64, device=keys.device)
+    codes, inverse = th.unique(((keys.long() - low) * place).sum(1), return_inverse=True)
+    span = th.tensor(spans, dtype=th.int64, device=keys.device)
+    distinct = (codes.unsqueeze(1) // place) % span + low
+    return distinct.to(keys.dtype), inverse
 
 
 def _members(policy: ActionPolicy) -> int:

@@ -253,6 +253,21 @@ def test_member_unique_shares_rows_within_members_only():
     assert th.equal(distinct[2:], th.tensor([[0, 1], [0, 1]]))  # the padding copies the member's row
 
 
+@pytest.mark.parametrize("shape, low, high", [((300, 3), 0, 5), ((200, 20), 0, 2), ((200, 20), 0, 16),
+                                             ((40, 2), -3, 4), ((9, 1), 7, 8), ((1, 4), 0, 3)])
+def test_unique_rows_is_torch_unique_over_rows(shape, low, high):
+    """The mixed-radix shortcut (and, for keys too wide for int64 codes, the fallback: V = 16, 20 columns)
+    gives torch's distinct rows, in its order, and its inverse."""
+    from agents.rollout import unique_rows
+
+    keys = th.randint(low, high, shape, generator=th.Generator().manual_seed(shape[0]))
+    keys[len(keys) // 2:] = keys[: len(keys) - len(keys) // 2].clone()  # repeated rows
+    distinct, inverse = unique_rows(keys)
+    want_distinct, want_inverse = th.unique(keys, dim=0, return_inverse=True)
+    assert th.equal(distinct, want_distinct) and th.equal(inverse, want_inverse)
+    assert distinct.dtype == keys.dtype
+
+
 def test_a_policy_without_populations_is_refused_with_one_line():
     class OneTable(TabularPolicy):
         supports_members = False

@@ -112,7 +112,9 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     curves; returns each seed's (path, curves, meta), unwritten, and the job's wall seconds.
 
     Each meta is a single run's plus ``n_members`` and ``batch_wall_s`` (the job's wall time); ``wall_s``
-    is the job's wall time over its seeds, so that per-seed figures stay comparable; ``code`` is the
+    is the job's wall time over its seeds, so that per-seed figures stay comparable; ``cpu_s`` and
+    ``batch_cpu_s`` the same of the process's CPU time (one thread: the job's cost whatever else shares
+    the machine, or however long the job was suspended); ``code`` is the
     code commit to record (default: this checkout's, :func:`agents.provenance.code_version`). The
     curves are those the experiment's report reads (``Task.curves``).
     """
@@ -130,7 +132,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     keep_freed_memory()  # the job's updates reuse their tensors' memory (fewer page faults)
     warnings.filterwarnings("ignore", category=UserWarning)
     code = code or code_version()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     model = build_model(spec, first.seed, len(job), first.device)
     recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
     # the fused engine computes train/ diagnostics and rollout/ values only for a callback that asks
@@ -139,12 +141,13 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     model.learn(n_iterations=spec.n_updates, callback=recorder, log_interval=0)
     if recorder.updates_done != spec.n_updates:
         raise RuntimeError(f"{describe(job)}: ran {recorder.updates_done} updates, expected {spec.n_updates}")
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     results, curves = [], recorder.member_arrays()
     for member, task in enumerate(job):
         meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
                 "spec": asdict(spec), "fingerprint": spec.fingerprint(), "wall_s": wall / len(job),
-                "n_members": len(job), "batch_wall_s": wall, "host": platform.node(), "device": first.device,
+                "n_members": len(job), "batch_wall_s": wall, "cpu_s": cpu / len(job), "batch_cpu_s": cpu,
+                "host": platform.node(), "device": first.device,
                 "torch": str(torch.__version__), "python": platform.python_version(), "code": code}
         results.append((task.path, kept(curves[member], task.curves), meta))
     return results, wall

@@ -52,6 +52,7 @@ def test_batched_seed_files_equal_the_per_seed_runners(tmp_path, experiment, var
             np.testing.assert_allclose(b[key], a[key], rtol=0, atol=1e-6, err_msg=key)
         assert meta_a["n_members"] == 1 and meta_b["n_members"] == 3 and meta_b["seed"] == batched.seed
         assert meta_b["wall_s"] == pytest.approx(meta_b["batch_wall_s"] / 3)
+        assert meta_b["cpu_s"] == pytest.approx(meta_b["batch_cpu_s"] / 3) and meta_b["cpu_s"] > 0
         assert meta_b["fingerprint"] == meta_a["fingerprint"]
     if experiment == "mnist":
         assert b["eval/x"].tolist() == [0, 2] and b["eval/mechanism_surplus"].shape == (2, 4)

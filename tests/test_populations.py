@@ -268,6 +268,19 @@ def test_unique_rows_is_torch_unique_over_rows(shape, low, high):
     assert distinct.dtype == keys.dtype
 
 
+@pytest.mark.parametrize("keys", [
+    th.tensor([[2**62, -(2**62)], [0, 0], [2**62, -(2**62)]]),  # spans past int64: torch's unique
+    th.tensor([[True, False], [True, True], [True, False]]),  # bool: torch's unique
+    th.tensor([[255, 0], [3, 7], [255, 0]], dtype=th.uint8),
+])
+def test_unique_rows_takes_any_key_dtype_and_range(keys):
+    from agents.rollout import unique_rows
+
+    distinct, inverse = unique_rows(keys)
+    want_distinct, want_inverse = th.unique(keys, dim=0, return_inverse=True)
+    assert th.equal(distinct, want_distinct) and th.equal(inverse, want_inverse)
+
+
 def test_a_policy_without_populations_is_refused_with_one_line():
     class OneTable(TabularPolicy):
         supports_members = False

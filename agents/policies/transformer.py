@@ -172,8 +172,8 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, start: int = 0) -> Tensor:
     scores = torch.bmm(q.reshape(-1, n_queries, d_head), k.reshape(-1, n_keys, d_head).mT)
     scores = scores.mul_(1.0 / math.sqrt(d_head))
     if start + n_queries > 1:
-        hidden = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).triu_(start + 1)
-        scores = scores.masked_fill_(hidden, float("-inf"))
+        future = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).triu_(start + 1)
+        scores = scores.masked_fill_(future, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return torch.bmm(weights, v.reshape(-1, n_keys, d_head)).reshape(*batch, n_queries, d_head)
 

@@ -226,3 +226,25 @@ def test_newton_schulz_all_equals_each_matrix_alone() -> None:
     for x, result in zip(matrices, together, strict=True):
         assert result.shape == x.shape
         torch.testing.assert_close(result, newton_schulz(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_missing_gradient_is_a_zero_gradient_once_a_parameter_has_state() -> None:
+    """As optax: after its first step a parameter without a gradient steps as with a zero gradient (its
+    momenta carry on); a parameter that never had a gradient is left alone."""
+    gen = torch.Generator().manual_seed(3)
+    shapes = {"w": (4, 6), "b": (6,)}  # a Muon matrix and an Adam vector
+    start = {name: torch.randn(shape, generator=gen) for name, shape in shapes.items()}
+    grads = {name: torch.randn(shape, generator=gen) for name, shape in shapes.items()}
+    runs = []
+    for missing in (True, False):
+        params = {name: torch.nn.Parameter(value.clone()) for name, value in start.items()}
+        never = torch.nn.Parameter(torch.ones(3, 5))
+        opt = MuonAdam([*params.items(), ("never", never)], lr=LR)
+        for step in range(3):
+            for name, p in params.items():
+                p.grad = grads[name].clone() if step == 0 else (None if missing else torch.zeros_like(p))
+            opt.step()
+        assert torch.equal(never, torch.ones(3, 5)) and not opt.state[never]
+        runs.append(params)
+    for name in shapes:
+        assert torch.equal(runs[0][name], runs[1][name]), name

@@ -171,7 +171,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, start: int = 0) -> Tensor:
     batch = q.shape[:-2]
     scores = torch.bmm(q.reshape(-1, n_queries, d_head), k.reshape(-1, n_keys, d_head).mT)
     scores = scores.mul_(1.0 / math.sqrt(d_head))
-    if start + n_queries > 1:
+    if n_keys > start + 1:  # some key lies after the first query's position (not so when decoding one step)
         future = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).triu_(start + 1)
         scores = scores.masked_fill_(future, float("-inf"))
     weights = torch.softmax(scores, dim=-1)

@@ -48,6 +48,39 @@ Row = dict[str, np.ndarray]
 """One update's values: key -> ``[S]`` float64, one value per member."""
 
 
+class CurveBuffer:
+    """Rows of per-member values, one per update, kept in float64 arrays ``[capacity, S]`` per key that
+    double when full (NaN where a row lacks the key). A row's values are copied in and the row is
+    dropped: a training process then holds no small block per update among its tensors' memory (each
+    one, kept between the large blocks that an update allocates and frees, made the heap grow and the
+    next update touch fresh pages)."""
+
+    INITIAL_ROWS = 256
+
+    def __init__(self) -> None:
+        self._columns: dict[str, np.ndarray] = {}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(self, row: Row, n_members: int) -> None:
+        """Add one update's ``row`` (key -> ``[S]`` values, or a scalar for every member)."""
+        for key, values in row.items():
+            column = self._columns.get(key)
+            if column is None or len(column) <= self._n:
+                grown = np.full((max(self.INITIAL_ROWS, 2 * self._n), n_members), np.nan)
+                if column is not None:
+                    grown[:len(column)] = column
+                column = self._columns[key] = grown
+            column[self._n] = values
+        self._n += 1
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """key -> ``[n_rows, S]`` float64, the keys sorted."""
+        return {key: self._columns[key][:self._n] for key in sorted(self._columns)}
+
+
 class CurveRecorder(BaseCallback):
     """Record per-update curves of every member (never stops training)."""
 
@@ -59,10 +92,12 @@ class CurveRecorder(BaseCallback):
 
     def __init__(self) -> None:
         super().__init__()
-        self.rows: list[Row] = []
+        self.curves = CurveBuffer()
+        """The finished updates' rows."""
         self.evals: defaultdict[str, list[np.ndarray]] = defaultdict(list)
         """key -> one ``[S, ...]`` array per evaluation."""
-        self._pending = False
+        self._row: Row | None = None  # the row of the batch whose update is running
+        self._done = 0
 
     @property
     def n_members(self) -> int:
@@ -71,17 +106,16 @@ class CurveRecorder(BaseCallback):
 
     @property
     def updates_done(self) -> int:
-        """Updates finished so far (a collected batch counts once its update ran)."""
-        return len(self.rows) - int(self._pending)
+        """Updates finished so far (a collected batch counts once its update ran, ``after_update``
+        included)."""
+        return self._done
 
     def _on_step(self) -> bool:
         return True
 
     def _on_rollout_end(self) -> None:
-        row = self._rollout_row()
-        self.rows.append(row)
-        self._pending = True
-        self.before_update(row)
+        self._row = self._rollout_row()
+        self.before_update(self._row)
 
     def _rollout_row(self) -> Row:
         """``error`` (the batch's ``rollout/task_error``) and the other ``rollout/`` metrics of each member:
@@ -108,10 +142,10 @@ class CurveRecorder(BaseCallback):
         self._finish_update()
 
     def _finish_update(self) -> None:
-        if not self._pending:
+        if self._row is None:
             return
-        self._pending = False
-        row = self.rows[-1]
+        row, self._row = self._row, None
+        self._done += 1
         values = self.model.logger.name_to_value
         if self.n_members == 1:  # with several members the logger holds only their means
             row.update({key: np.array([float(value)]) for key, value in values.items()
@@ -122,6 +156,7 @@ class CurveRecorder(BaseCallback):
         elif "rollout/success_rate" in row and "train/all_fail_frac" not in values:
             row["all_fail"] = 1.0 - row["rollout/success_rate"]
         self.after_update(row)
+        self.curves.append(row, self.n_members)
 
     # hooks -----------------------------------------------------------------------------------
     def before_update(self, row: Row) -> None:
@@ -133,9 +168,7 @@ class CurveRecorder(BaseCallback):
     def member_arrays(self) -> list[dict[str, np.ndarray]]:
         """Each member's curves as a single run with its seed records them: ``update/<key>`` [n_updates]
         (NaN where an update lacks the key) and ``eval/<key>`` [n_evaluations, ...]."""
-        keys = sorted({key for row in self.rows for key in row})
-        missing = np.full(self.n_members, np.nan)
-        updates = {k: np.stack([row.get(k, missing) for row in self.rows], dtype=np.float64) for k in keys}
+        updates = self.curves.arrays()
         evals = {k: np.asarray(v, dtype=np.float64) for k, v in self.evals.items()}
         return [{**{f"update/{k}": v[:, m] for k, v in updates.items()},
                  **{f"eval/{k}": v[:, m] for k, v in evals.items()}} for m in range(self.n_members)]

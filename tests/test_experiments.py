@@ -27,7 +27,13 @@ from experiments.metrics import (
     outside,
     steps_to,
 )
-from experiments.recorders import CurveRecorder, MNISTRecorder, TabularMultiRecorder, TabularSingleRecorder
+from experiments.recorders import (
+    CurveBuffer,
+    CurveRecorder,
+    MNISTRecorder,
+    TabularMultiRecorder,
+    TabularSingleRecorder,
+)
 from experiments.report import DAGGER_LEGEND, Runs, load_runs, markdown_table, report, summarize
 from experiments.runner import Task, build_model, plan, run_job, run_tasks
 
@@ -303,6 +309,23 @@ def test_recorders_record_and_never_stop_training():
     recorder = CurveRecorder()
     model.learn(n_iterations=5, callback=recorder, log_interval=0)
     assert recorder.updates_done == 5 and recorder.arrays()["update/error"].shape == (5,)
+
+
+def test_curve_buffer_grows_past_its_capacity_and_fills_missing_keys_with_nan(monkeypatch):
+    monkeypatch.setattr(CurveBuffer, "INITIAL_ROWS", 2)
+    buffer, rows = CurveBuffer(), []
+    for t in range(7):  # "late" first appears at row 5, past two doublings of "error"'s column
+        row = {"error": np.array([t, -t], dtype=np.float64)}
+        if t >= 5:
+            row["late"] = np.array([10.0 * t, 1.0])
+        buffer.append(row, n_members=2)
+        rows.append(row)
+    arrays = buffer.arrays()
+    assert len(buffer) == 7 and list(arrays) == ["error", "late"]
+    assert arrays["error"].tolist() == [[t, -t] for t in range(7)]
+    assert np.isnan(arrays["late"][:5]).all() and arrays["late"][5:].tolist() == [[50.0, 1.0], [60.0, 1.0]]
+    buffer.append({"error": 0.5}, n_members=2)  # a scalar is every member's value
+    assert buffer.arrays()["error"][7].tolist() == [0.5, 0.5] and np.isnan(buffer.arrays()["late"][7]).all()
 
 
 # ------------------------------------------------------------------------------- hyperparameters

@@ -118,9 +118,10 @@ def argmax_last(x: torch.Tensor) -> torch.Tensor:
     return n - ((x == best) * first_weight).amax(-1)
 
 
-def _popstd(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """Population standard deviation sqrt(mean((x - mean x)^2)), keepdim."""
-    return (x - x.mean(dim, keepdim=True)).pow(2).mean(dim, keepdim=True).sqrt()
+def _centred_popstd(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """c = x - mean x and the population standard deviation sqrt(mean(c^2)) over ``dim`` (keepdim)."""
+    centred = x - x.mean(dim, keepdim=True)
+    return centred, centred.pow(2).mean(dim, keepdim=True).sqrt()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -155,14 +156,13 @@ def standardize(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
     c = s - mean_K s,  sigma = popstd_K s;  u = c / sigma if sigma > threshold else c.
     No epsilon is added; a group of equal scores gives u = 0 exactly.
     """
-    centred = scores - scores.mean(-1, keepdim=True)
-    sigma = _popstd(scores, -1)
+    centred, sigma = _centred_popstd(scores, -1)
     return centred / torch.where(sigma > threshold, sigma, torch.ones_like(sigma))
 
 
 def zero_variance_groups(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
     """Bool mask ``[...]`` of the groups whose scores carry no signal: popstd_K s <= threshold."""
-    return _popstd(scores, -1).squeeze(-1) <= threshold
+    return _centred_popstd(scores, -1)[1].squeeze(-1) <= threshold
 
 
 def tpo_target(
@@ -170,15 +170,16 @@ def tpo_target(
 ) -> torch.Tensor:
     """TPO target q over the K candidates of each group (paper Sec. 2), detached.
 
-    anchored:  q = softmax_K( log_softmax_K(sg L_old) + u(s) / eta )
+    anchored:  q = softmax_K( log_softmax_K(sg L_old) + u(s) / eta ) = softmax_K( sg L_old + u(s) / eta )
     no anchor: q = softmax_K( u(s) / eta )
-    ``old_logscores`` may be unnormalised (only their softmax over K matters). Raises ``ValueError``
-    on non-finite scores or mismatched shapes.
+    computed in the second form: log_softmax_K only subtracts each group's log-sum-exp, which the
+    softmax removes, so ``old_logscores`` may be unnormalised. Raises ``ValueError`` on non-finite
+    scores or mismatched shapes.
     """
     check_scores(scores, old_logscores)
     logits = standardize(scores.detach()) / eta
     if anchor:  # anchor first: the sum takes the anchor's memory layout (action-major log-probs stay so)
-        logits = log_softmax_last(old_logscores.detach()) + logits
+        logits = old_logscores.detach() + logits
     return softmax_last(logits)
 
 
@@ -209,8 +210,8 @@ def grpo_advantages(scores: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     Raises ``ValueError`` on non-finite scores.
     """
     check_scores(scores)
-    scores = scores.detach()
-    return (scores - scores.mean(-1, keepdim=True)) / (_popstd(scores, -1) + eps)
+    centred, sigma = _centred_popstd(scores.detach(), -1)
+    return centred / (sigma + eps)
 
 
 def grpo_loss(

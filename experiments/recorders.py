@@ -34,7 +34,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.losses import cosine_misalignment, softmax_last
+from agents.losses import softmax_last
 from experiments.metrics import mechanism
 
 ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean", "rollout/mean_score", "rollout/format_rate",
@@ -185,26 +185,36 @@ def _tables(model: Any) -> th.Tensor:
     return table.reshape(model.n_seeds, *table.shape[-2:])
 
 
-def _misalignment(g1: th.Tensor, g2: th.Tensor, buffer: th.Tensor | None = None) -> np.ndarray:
-    """1 - cos(g1[m], g2[m]) of each member m (leading axis, the rest flattened) in float64, with the
-    1e-12 guards of ``agents.losses.cosine_misalignment``: that function itself for one member, its
-    formula per member for several, the three sums as one batched Gram matrix ``[g1; g2] [g1; g2]^T``
-    (of float64 copies written into ``buffer``, a float64 tensor of at least 2 * g1.numel() elements
-    that a recorder reuses every update, or a new one)."""
-    if len(g1) == 1:
-        return np.array([float(cosine_misalignment(g1.double(), g2.double()))])
-    # the other axes in g1's memory order (an action-major table's actions outer): block copies
-    order = (0, *sorted(range(1, g1.dim()), key=lambda d: -g1.stride(d)))
-    g1, g2 = g1.permute(order), g2.permute(order)
-    shape = (len(g1), 2, *g1.shape[1:])
-    if buffer is None:
-        buffer = th.empty(shape, dtype=th.float64, device=g1.device)
-    stacked = buffer.flatten()[:2 * g1.numel()].view(shape)
-    stacked[:, 0], stacked[:, 1] = g1, g2  # one converting copy each, into member-major rows
-    rows = stacked.reshape(len(g1), 2, -1)
-    gram = rows @ rows.mT  # [S, 2, 2]: <g1,g1>, <g1,g2>, <g2,g2>
-    norms = (gram[:, 0, 0] + 1e-12).sqrt() * (gram[:, 1, 1] + 1e-12).sqrt()
-    return (1 - gram[:, 0, 1] / norms).cpu().numpy()
+class MemberCosines:
+    """Each member's two vectors of a cosine in float64, ``first`` and ``second`` (views shaped like
+    ``like`` ``[S, ...]``, written in place), and ``1 - cos`` of each member's pair.
+
+    The vectors lie as member-major rows ``[S, 2, ...]`` with the other axes in ``like``'s memory order
+    (an action-major table's actions outer: writing a like-laid-out tensor copies blocks), so the three
+    sums of every member are one batched Gram matrix ``[g1; g2] [g1; g2]^T`` in float64, with the 1e-12
+    guards of ``agents.losses.cosine_misalignment``. A recorder keeps one and rewrites it every update."""
+
+    def __init__(self, like: th.Tensor) -> None:
+        order = [0, *sorted(range(1, like.dim()), key=lambda d: -like.stride(d))]
+        inverse = [order.index(d) for d in range(like.dim())]
+        shape = like.permute(order).shape
+        self._rows = th.empty((len(like), 2, *shape[1:]), dtype=th.float64, device=like.device)
+        self.first, self.second = (self._rows[:, k].permute(inverse) for k in (0, 1))
+
+    def misalignment(self) -> np.ndarray:
+        """``1 - cos(first[m], second[m])`` of each member m, float64 ``[S]``."""
+        rows = self._rows.reshape(len(self._rows), 2, -1)
+        gram = (rows @ rows.mT).cpu().numpy()  # [S, 2, 2]: <g1,g1>, <g1,g2>, <g2,g2>
+        norms = np.sqrt(gram[:, 0, 0] + 1e-12) * np.sqrt(gram[:, 1, 1] + 1e-12)
+        return 1 - gram[:, 0, 1] / norms
+
+
+def _misalignment(g1: th.Tensor, g2: th.Tensor) -> np.ndarray:
+    """1 - cos(g1[m], g2[m]) of each member m (leading axis, the rest flattened), in float64."""
+    cosines = MemberCosines(g1)
+    cosines.first.copy_(g1)
+    cosines.second.copy_(g2)
+    return cosines.misalignment()
 
 
 def _correct_arms(model: Any, n_contexts: int) -> np.ndarray:
@@ -237,9 +247,11 @@ class TabularMultiRecorder(CurveRecorder):
     an update is the one before the next; its ``_version`` counter says whether it changed), in the
     table's memory layout; the error and the correct arm's CE component are read as the other arms'
     mass, ``1 - pi_n(y_n) = sum_{a != y_n} pi_n(a)``, which float32 keeps to its relative precision
-    where ``1 - pi`` would not. Only the cosine's sums run in float64 (``_misalignment``): rounding the
-    vectors perturbs ``1 - cos`` quadratically, rounding its sums linearly. It records no ``rollout/``
-    values (the fused engine then computes none): the error before update t is the one after t - 1."""
+    where ``1 - pi`` would not. The cosine runs in float64 (:class:`MemberCosines`): Delta z is the exact
+    difference of the two float32 tables and the CE direction its float32 value, written straight into
+    the float64 rows (no float32 temporaries); rounding the vectors perturbs ``1 - cos`` quadratically,
+    rounding its sums linearly. It records no ``rollout/`` values (the fused engine then computes none):
+    the error before update t is the one after t - 1."""
 
     wants_rollout_metrics = False
 
@@ -248,7 +260,7 @@ class TabularMultiRecorder(CurveRecorder):
         self._last: tuple[th.Tensor, int, th.Tensor, th.Tensor] | None = None  # table, version, pi, wrong
         self._correct: th.Tensor | None = None  # e_y of every context, [S, C, A] in the table's layout
         self._others: th.Tensor | None = None  # 1 - e_y
-        self._buffer: th.Tensor | None = None  # the float64 copies of the misalignment's vectors
+        self._cosines: MemberCosines | None = None  # z before the update, then Delta z; e_y - pi
 
     def _table_and_probs(self) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         """The logit table ``[S, C, A]`` (a view), pi = softmax over its arms and the wrong arms' part
@@ -267,16 +279,18 @@ class TabularMultiRecorder(CurveRecorder):
 
     def before_update(self, row: Row) -> None:
         table, _, wrong = self._table_and_probs()
-        self._before = table.clone()
-        # e_y - pi: -pi(a) on the wrong arms, their mass 1 - pi(y) on the correct one
-        self._ce = self._correct * wrong.sum(-1, keepdim=True) - wrong
+        if self._cosines is None:
+            self._cosines = MemberCosines(table)
+        self._cosines.first.copy_(table)
+        # e_y - pi in float32: -pi(a) on the wrong arms, their mass 1 - pi(y) on the correct one
+        self._cosines.second.copy_(self._correct * wrong.sum(-1, keepdim=True) - wrong)
 
     def after_update(self, row: Row) -> None:
         table, _, wrong = self._table_and_probs()
         row["error"] = wrong.sum(-1).mean(1).double().cpu().numpy()
-        if self._buffer is None:
-            self._buffer = th.empty(2 * table.numel(), dtype=th.float64, device=table.device)
-        row["misalignment"] = _misalignment(table - self._before, self._ce, self._buffer)
+        first = self._cosines.first
+        th.sub(table, first, out=first)  # Delta z = z_after - z_before, exact in float64
+        row["misalignment"] = self._cosines.misalignment()
 
 
 class MNISTRecorder(CurveRecorder):

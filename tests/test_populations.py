@@ -84,7 +84,7 @@ def _run(case: str, seed: int, n_seeds: int, n_updates: int = 3):
 
 
 def _member_parameters(model, member: int, grad: bool = False) -> list[th.Tensor]:
-    """Member ``member``'s parameters (or gradients): [in, out] kernels and [1, out] biases, or the table."""
+    """Member ``member``'s parameters (or gradients): [out, in] kernels and [out, 1] biases, or the table."""
     policy = model.policy
     if hasattr(policy, "model"):
         tensors = [p for name, p in policy.named_parameters() if name not in NOISE_ONLY]
@@ -106,7 +106,7 @@ def _single_parameters(model, grad: bool = False) -> list[th.Tensor]:
     out = []
     for linear in (m for m in policy.net if isinstance(m, th.nn.Linear)):
         weight, bias = (linear.weight.grad, linear.bias.grad) if grad else (linear.weight, linear.bias)
-        out += [weight.detach().T, bias.detach().unsqueeze(0)]
+        out += [weight.detach(), bias.detach().unsqueeze(-1)]
     return out
 
 

@@ -8,7 +8,9 @@ interval over seeds in brackets; a † marks a paper value outside that interval
 median over seeds of each seed's own first crossing (its interval, and how many seeds cross), the
 interquartile mean (IQM) of the seeds' finals with its interval, and the performance profiles (fraction
 of seeds with final error at most tau) as a second figure. The table is printed as Markdown and saved
-with the figures as ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``.
+with the figures as ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default
+``docs/figures`` for the committed and the smoke results, ``<out>/figures`` for any other ``--out`` (a
+report of other runs never overwrites the documented figures).
 """
 
 from __future__ import annotations
@@ -307,13 +309,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--smoke", action="store_true", help=f"report the smoke results ({SMOKE_RESULTS})")
     parser.add_argument("--out", help=f"results folder (default {RESULTS}, or {SMOKE_RESULTS} with --smoke)")
-    parser.add_argument("--figures", default="docs/figures", help="where the PNG and JSON go")
+    parser.add_argument("--figures", help=f"where the PNG and JSON go (default {DOC_FIGURES} for {RESULTS} "
+                                          f"and {SMOKE_RESULTS}, else <out>/figures)")
     args = parser.parse_args(argv)
     out = args.out or (SMOKE_RESULTS if args.smoke else RESULTS)
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:
-        print(report(name, out, args.figures, args.smoke))
+        print(report(name, out, args.figures or default_figures(out), args.smoke))
     return 0
+
+
+DOC_FIGURES = "docs/figures"
+"""The figures of docs/results.md."""
+
+
+def default_figures(out: str | Path) -> Path:
+    """Where a report of the results in ``out`` draws its figures when ``--figures`` is not given:
+    :data:`DOC_FIGURES` for the committed (``results/paper``) and smoke results, ``<out>/figures``
+    otherwise."""
+    documented = {Path(folder).resolve() for folder in (RESULTS, SMOKE_RESULTS)}
+    return Path(DOC_FIGURES) if Path(out).resolve() in documented else Path(out) / "figures"
 
 
 if __name__ == "__main__":

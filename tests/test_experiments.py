@@ -8,6 +8,7 @@ import os
 import shutil
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,7 +35,16 @@ from experiments.recorders import (
     TabularMultiRecorder,
     TabularSingleRecorder,
 )
-from experiments.report import DAGGER_LEGEND, Runs, load_runs, markdown_table, report, summarize
+from experiments.report import (
+    DAGGER_LEGEND,
+    Runs,
+    default_figures,
+    load_runs,
+    markdown_table,
+    report,
+    summarize,
+)
+from experiments.report import main as report_main
 from experiments.runner import Task, build_model, plan, run_job, run_tasks
 
 th.set_num_threads(1)
@@ -253,6 +263,12 @@ def test_runner_writes_each_seed_resumes_and_reports(tmp_path, capsys):
     assert again["skipped"] == 4 and again["ran"] == 0 and os.stat(path).st_mtime_ns == stamp
     longer = plan(experiment, tmp_path, smoke=True, n_seeds=2, updates=4, algorithms=["tpo"])
     assert run_tasks(longer, n_jobs=1)["ran"] == 2  # other settings: not the same run, so it reruns
+
+    stamp = os.stat("docs/figures/tabular_single.png").st_mtime_ns
+    assert report_main(["tabular_single", "--out", str(tmp_path)]) == 0  # other runs: their own figures
+    assert (tmp_path / "figures" / "tabular_single.png").exists()
+    assert os.stat("docs/figures/tabular_single.png").st_mtime_ns == stamp
+    assert default_figures("results/paper") == default_figures("results/smoke") == Path("docs/figures")
 
     runs = load_runs(tmp_path, "tabular_single")
     assert runs["K100"]["tpo"].arrays["update/error"].shape == (2, 4)

@@ -27,6 +27,10 @@ TOKENS = {"sequence_length": 4, "vocab_size": 3, "reward": "bag_of_tokens"}
 TERMINAL = {"sequence_length": 2, "vocab_size": 2, "reward": "terminal"}
 SMALL = dict(learning_rate=1e-3, batch_size=4, group_size=4, n_epochs=2,
              policy_kwargs={"d_model": 16, "n_layers": 1})
+#: SGD: Adam's first steps are +-lr wherever a gradient is near zero (terms that cancel: here ~1e-5, whose
+#: sign the two summation orders' rounding decides), which would compare rounding, not the members.
+SMALL_MLP = dict(learning_rate=1e-2, batch_size=4, group_size=4, n_epochs=2,
+                 policy_kwargs={"net_arch": [8], "optimizer_class": th.optim.SGD})
 REVERSAL, TRANSFORMER = "TPO/TokenReversal-v0", "TransformerPolicy"
 #: The attention key bias adds the same q.b to every logit of a query, so its gradient is zero in exact
 #: arithmetic: Muon orthogonalizes the rounding noise there into a full-size step that differs between
@@ -46,6 +50,11 @@ CASES = {
     "mnist-group-pg": ("group_pg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
     "mnist-ppo": ("ppo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", MNIST),
     "mnist-ce": ("ce", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "group_mode": "population"}),
+    # an MLP with more actions than ACTION_MAJOR_MAX_ACTIONS: its logits row-major
+    "mlp-token-tpo-v12": ("tpo", REVERSAL, {"sequence_length": 3, "vocab_size": 12}, "MlpPolicy",
+                          {**SMALL_MLP, "group_mode": "token"}),
+    "mlp-token-single-ppo-v12": ("ppo", REVERSAL, {"sequence_length": 3, "vocab_size": 12}, "MlpPolicy",
+                                 {**SMALL_MLP, "group_mode": "single"}),
     **{f"token-{algo}": (algo, REVERSAL, TOKENS, TRANSFORMER, {**SMALL, "group_mode": "token"})
        for algo in ("tpo", "grpo_masked", "group_pg")},
     **{f"token-single-{algo}": (algo, REVERSAL, TOKENS, TRANSFORMER, {**SMALL, "group_mode": "single"})
@@ -123,7 +132,8 @@ def test_member_equals_the_run_with_its_seed(case):
 
 
 @pytest.mark.parametrize("case", ["single-tpo", "population-dg", "mnist-tpo", "mnist-grpo-2-epochs",
-                                  "token-tpo", "token-single-ppo", "sequence-grpo"])
+                                  "token-tpo", "token-single-ppo", "sequence-grpo", "mlp-token-tpo-v12",
+                                  "mlp-token-single-ppo-v12"])
 def test_first_update_loss_and_gradient_are_each_members_own(case):
     """The population's loss is the members' mean; its gradient on member m is that of the run with
     seed m (losses are summed over members)."""

@@ -302,6 +302,18 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
     return text + f"\nfigures: {stem.with_suffix('.png')}, {profile_path}\n"
 
 
+DOC_FIGURES = "docs/figures"
+"""The figures of docs/results.md."""
+
+
+def default_figures(out: str | Path) -> Path:
+    """Where a report of the results in ``out`` draws its figures when ``--figures`` is not given:
+    :data:`DOC_FIGURES` for the committed (``results/paper``) and smoke results, ``<out>/figures``
+    otherwise."""
+    documented = {Path(folder).resolve() for folder in (RESULTS, SMOKE_RESULTS)}
+    return Path(DOC_FIGURES) if Path(out).resolve() in documented else Path(out) / "figures"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Report one experiment (or ``all``)."""
     parser = argparse.ArgumentParser(prog="python -m experiments.report",
@@ -317,18 +329,6 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         print(report(name, out, args.figures or default_figures(out), args.smoke))
     return 0
-
-
-DOC_FIGURES = "docs/figures"
-"""The figures of docs/results.md."""
-
-
-def default_figures(out: str | Path) -> Path:
-    """Where a report of the results in ``out`` draws its figures when ``--figures`` is not given:
-    :data:`DOC_FIGURES` for the committed (``results/paper``) and smoke results, ``<out>/figures``
-    otherwise."""
-    documented = {Path(folder).resolve() for folder in (RESULTS, SMOKE_RESULTS)}
-    return Path(DOC_FIGURES) if Path(out).resolve() in documented else Path(out) / "figures"
 
 
 if __name__ == "__main__":

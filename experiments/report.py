@@ -156,6 +156,14 @@ def _paper_number(value: Any) -> float | None:
     return value
 
 
+def _cpu_seconds(metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """``cpu_s_per_seed``, the mean one-thread CPU seconds per seed over the files that record
+    ``cpu_s`` (None where none does), and ``cpu_s_seeds``, how many do. Unlike ``wall_s`` it does not
+    count time a job spent suspended or waiting for a core."""
+    cpu = [m["cpu_s"] for m in metas if m.get("cpu_s") is not None]
+    return {"cpu_s_per_seed": float(np.mean(cpu)) if cpu else None, "cpu_s_seeds": len(cpu)}
+
+
 def summarize(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[dict[str, Any]]:
     """One row per (variant, algorithm): ours (final, s.e., steps to X, bootstrap 95% intervals over
     seeds) and the paper's numbers, with ``*_outside`` flags where the paper's lies outside ours."""
@@ -167,6 +175,7 @@ def summarize(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[
         row = {"variant": variant, "algo": algo, "label": r.label, "seeds": len(r.seeds),
                "updates": int(r.meta[0]["spec"]["n_updates"]), "final": mean, "final_se": se,
                "wall_s_per_seed": float(np.mean([m["wall_s"] for m in r.meta])),
+               **_cpu_seconds(r.meta),
                "shared_from": r.shared_from, "paper": paper_cell(experiment.name, variant, algo)}
         final_ci = bootstrap_final(curves)
         row["final_ci"] = list(final_ci)
@@ -203,7 +212,7 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
     tabular = any("misalignment" in row for row in rows)
     if tabular:
         head += ["misalignment (ours)", "(ref. code)"]
-    head.append("s / seed")
+    head += ["wall s / seed", "CPU s / seed (seeds recording it)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         paper = row["paper"]
@@ -224,6 +233,8 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
             cells += [f"{row['misalignment']:.2e} ± {row['misalignment_se']:.1e}",
                       fmt(paper.get("ref_misalignment"), False)]
         cells.append(f"{row['wall_s_per_seed']:.1f}")
+        cells.append("" if row["cpu_s_per_seed"] is None
+                     else f"{row['cpu_s_per_seed']:.1f} ({row['cpu_s_seeds']}/{row['seeds']})")
         lines.append("| " + " | ".join(cells) + " |")
     if any(row["final_outside"] or row.get("steps_outside") for row in rows):
         lines += ["", DAGGER_LEGEND]

@@ -102,14 +102,15 @@ def test_report_prints_the_per_seed_median_and_iqm_and_draws_the_profiles(tmp_pa
     for seed, curve in curves.items():
         meta = {"experiment": "vocab_sweep", "variant": "V2", "seed": seed, "spec": {
             "algo": "tpo", "n_updates": 4, "kwargs": {"group_mode": "token"}},
-            "fingerprint": spec.fingerprint(), "wall_s": 1.0}
+            "fingerprint": spec.fingerprint(), "wall_s": 1.0, **({"cpu_s": 2.0 + seed} if seed else {})}
         path = seed_path(tmp_path, "vocab_sweep", "V2", "tpo", seed)
         save_seed(path, {"update/error": np.array(curve)}, meta)
     row, = summarize(experiment, load_runs(tmp_path, "vocab_sweep"))
     assert row["steps"] == NEVER  # the seed mean never goes below 1% (one seed never learns)
     assert row["seed_steps_median"] == 1.5 and row["seed_steps_reached"] == 3  # median of 1, 1, 2, never
     assert row["final_iqm"] == 0.0  # the middle two of 0, 0, 0, 1
+    assert row["cpu_s_per_seed"] == 4.0 and row["cpu_s_seeds"] == 3  # seeds 1-3 record 3, 4, 5 s
     text = report("vocab_sweep", tmp_path, tmp_path / "figs")
     assert "per-seed steps: median (seeds reaching)" in text and "1.5 [1, never] (3/4)" in text
-    assert "IQM final (ours)" in text
+    assert "IQM final (ours)" in text and "| 1.0 | 4.0 (3/4) |" in text  # wall s, then CPU s per seed
     assert (tmp_path / "figs" / "vocab_sweep_profiles.png").stat().st_size > 0

@@ -109,12 +109,20 @@ def test_a_run_writes_only_the_reported_curves_with_its_settings_and_code(tmp_pa
     assert rows[0]["seeds"] == 2 and rows[0]["updates"] == 3
 
 
-@pytest.mark.parametrize("experiment", ["tabular_single", "tabular_multi"])
+@pytest.mark.parametrize("experiment", ["tabular_single", "tabular_multi", "mnist", "vocab_sweep", "terminal",
+                                        "eta_sweep"])
 def test_the_committed_results_regenerate_their_tables(experiment):
-    """results/paper holds the full-size runs behind docs/results.md's tables of this experiment."""
+    """results/paper holds the full-size runs behind docs/results.md's tables of this experiment, and
+    the documented summary (docs/figures/<experiment>.json) is what they give."""
     runs = load_runs(ROOT / RESULTS, experiment)
     if not runs:
         pytest.skip(f"no committed results for {experiment}")
     full = get_experiment(experiment).full
     rows = summarize(get_experiment(experiment), runs)
     assert {(r["seeds"], r["updates"]) for r in rows} == {(full.seeds, full.updates)}
+    documented = json.loads((ROOT / "docs" / "figures" / f"{experiment}.json").read_text())["rows"]
+    labels = ("variant", "algo", "seeds", "steps", "steps_ci")
+    assert ([{k: r.get(k) for k in labels} for r in documented]
+            == [{k: r.get(k) for k in labels} for r in rows])
+    for doc, row in zip(documented, rows, strict=True):  # float32 means: equal up to the CPU's kernels
+        assert [doc["final"], *doc["final_ci"]] == pytest.approx([row["final"], *row["final_ci"]], rel=1e-5)

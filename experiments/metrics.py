@@ -14,6 +14,9 @@
   ``score_profile`` (fraction of seeds with final error at most tau, the performance profile of Agarwal
   et al. 2021 for errors) with ``bootstrap_profile``: the aggregate statistics of ``rliable``, on the
   same percentile bootstrap over seeds as the rest of this module.
+* Two methods compared over their independent seeds: ``difference`` (a statistic of one method's seeds
+  minus the other's) with ``bootstrap_difference`` (each method's seeds resampled on their own) and
+  ``rank_sum_test`` (two-sided Wilcoxon rank-sum / Mann-Whitney U p-value, normal approximation).
 * ``mechanism``: the MNIST "surplus" of an update direction over its scalar one-vs-rest surrogate
   (Fig. 5b, App. C).
 
@@ -23,6 +26,8 @@ The misalignment of the bandit figures is ``agents.losses.cosine_misalignment``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -170,6 +175,65 @@ def bootstrap_profile(values: np.ndarray, taus: np.ndarray, n_boot: int = 2000, 
     tail = 50.0 * (1.0 - level)
     low, high = np.percentile(profiles, [tail, 100.0 - tail], axis=0, method="inverted_cdf")
     return low, high
+
+
+def difference(a: np.ndarray, b: np.ndarray, statistic: Callable[..., Any] = np.mean) -> float:
+    """statistic(a) - statistic(b) over the seeds of two methods, with inf - inf = 0 (a tie: both never
+    cross a threshold)."""
+    return float(_tie_difference(statistic(np.asarray(a, dtype=np.float64)),
+                                 statistic(np.asarray(b, dtype=np.float64))))
+
+
+def _tie_difference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x - y elementwise, 0 where x == y (so inf - inf = 0, not NaN)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(x == y, 0.0, np.subtract(x, y))
+
+
+def bootstrap_difference(a: np.ndarray, b: np.ndarray, statistic: Callable[..., Any] = np.mean,
+                         n_boot: int = 2000, level: float = 0.95, rng: np.random.Generator | None = None
+                         ) -> tuple[float, float]:
+    """Percentile-bootstrap ``level`` interval of ``difference(a, b, statistic)`` for independent seeds.
+
+    Each method's seeds are resampled on their own, from one generator (seeded with ``BOOTSTRAP_SEED``
+    when ``rng`` is None): index_a [n_boot, n_a], then index_b [n_boot, n_b]; resample r gives
+    d_r = statistic(a[index_a[r]]) - statistic(b[index_b[r]]) (inf - inf = 0), and the interval is the
+    ((1 - level)/2, (1 + level)/2) quantiles of {d_r}.
+    """
+    rng = np.random.default_rng(BOOTSTRAP_SEED) if rng is None else rng
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    index_a, index_b = _resample_index(len(a), n_boot, rng), _resample_index(len(b), n_boot, rng)
+    resampled = _tie_difference(statistic(a[index_a], axis=1), statistic(b[index_b], axis=1))
+    return _percentile_interval(resampled, level)
+
+
+def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """1-based ranks of ``values`` with ties at their average rank, and the size t of each tie group."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)  # a group of t equal values holds ranks last - t + 1 .. last
+    return (last - (counts - 1) / 2.0)[inverse], counts
+
+
+def rank_sum_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Two-sided Wilcoxon rank-sum (Mann-Whitney U) test of two independent samples: (U, p).
+
+    With R_a the sum of a's ranks in the pooled N = n_a + n_b values (ties: average rank, +inf ranks last),
+    U = R_a - n_a (n_a + 1) / 2, mu = n_a n_b / 2 and the tie-corrected variance
+    sigma^2 = n_a n_b / 12 * (N + 1 - sum_g (t_g^3 - t_g) / (N (N - 1))) over tie groups g of size t_g;
+    z = max(|U - mu| - 1/2, 0) / sigma (continuity correction) and p = 2 (1 - Phi(z)) = erfc(z / sqrt 2)
+    (``scipy.stats.mannwhitneyu(a, b, method="asymptotic")``). All values tied (sigma = 0): p = 1.
+    """
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    n_a, n_b = len(a), len(b)
+    n = n_a + n_b
+    ranks, ties = _average_ranks(np.concatenate([a, b]))
+    u = float(ranks[:n_a].sum() - n_a * (n_a + 1) / 2.0)
+    tie_term = float((ties**3 - ties).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    variance = n_a * n_b / 12.0 * (n + 1 - tie_term)
+    if variance <= 0:
+        return u, 1.0
+    z = max(abs(u - n_a * n_b / 2.0) - 0.5, 0.0) / math.sqrt(variance)
+    return u, min(1.0, math.erfc(z / math.sqrt(2.0)))
 
 
 def outside(value: float | None, interval: tuple[float, float]) -> bool:

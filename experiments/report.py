@@ -7,10 +7,14 @@ curve is below X% (Tables 1-3, 5; ``experiments.metrics``), each with its percen
 interval over seeds in brackets; a † marks a paper value outside that interval. Beyond the paper: the
 median over seeds of each seed's own first crossing (its interval, and how many seeds cross), the
 interquartile mean (IQM) of the seeds' finals with its interval, and the performance profiles (fraction
-of seeds with final error at most tau) as a second figure. The table is printed as Markdown and saved
-with the figures as ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default
-``docs/figures`` for the committed and the smoke results, ``<out>/figures`` for any other ``--out`` (a
-report of other runs never overwrites the documented figures).
+of seeds with final error at most tau) as a second figure, and the "pairwise differences": in every
+variant holding TPO, TPO minus each other method of the final (difference of seed means) and of the
+per-seed crossing (difference of medians), each with its bootstrap 95% interval (the two methods'
+seeds resampled independently) and a two-sided Wilcoxon rank-sum p-value (``experiments.pairwise``;
+in the JSON under ``pairwise``). The tables are printed as Markdown and saved with the figures as
+``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default ``docs/figures`` for
+the committed and the smoke results, ``<out>/figures`` for any other ``--out`` (a report of other runs
+never overwrites the documented figures).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from experiments.metrics import (
     seed_steps,
     steps_to,
 )
+from experiments.pairwise import pairwise, pairwise_table
 from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
 from experiments.profiles import draw_profiles, profiles
 
@@ -307,8 +312,11 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
     text = f"### {name}: {experiment.paper}\n\n{markdown_table(experiment, rows)}\n"
     if mechanism:
         text += f"\n{mechanism_table(mechanism)}\n"
+    differences = pairwise(experiment, runs, _ordered(experiment, runs))
+    if differences:
+        text += f"\npairwise differences\n\n{pairwise_table(experiment, differences)}\n"
     summary = {"experiment": name, "paper": experiment.paper, "smoke": smoke, "rows": rows,
-               "mechanism": mechanism}
+               "mechanism": mechanism, "pairwise": differences}
     stem.with_suffix(".json").write_text(json.dumps(summary, indent=1, default=str))
     return text + f"\nfigures: {stem.with_suffix('.png')}, {profile_path}\n"
 

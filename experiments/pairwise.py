@@ -1,0 +1,117 @@
+"""The paper's comparisons as differences (``experiments.report``'s "pairwise differences"): in every
+cell (variant) that holds TPO, TPO against each other method of the cell, over their independent seeds.
+
+* Final: the seeds' final errors (the last single point of the metric, the report's "final"); the
+  difference of their means, mean(TPO) - mean(method), negative where TPO ends lower.
+* Per-seed steps to X% (experiments with a threshold): each seed's own first crossing
+  (``experiments.metrics.seed_steps``, never = +inf, as the report's per-seed column); the difference of
+  the medians over seeds (the report's per-seed statistic: a mean is +inf once a single seed never
+  crosses), with never - never = 0. +inf: TPO's median is never and the method's is not; -inf: the
+  reverse.
+
+Each with its percentile-bootstrap 95% interval (``bootstrap_difference``: the two methods' seeds
+resampled independently, fixed generator seed), the two-sided Wilcoxon rank-sum (Mann-Whitney U)
+p-value (``rank_sum_test``: normal approximation, tie and continuity corrections; never ranks after
+every crossing, tied with the other nevers) and the chance that a TPO seed's value is the lower of a
+(TPO, method) pair of seeds, ties half (1 - U / (n_TPO n_method)): the direction of the test, which
+compares ranks, not means, and can disagree with the sign of the difference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from experiments.core import Experiment
+from experiments.metrics import bootstrap_difference, difference, rank_sum_test, seed_steps
+
+if TYPE_CHECKING:
+    from experiments.report import Runs
+
+REFERENCE = "tpo"
+"""The method every other one is compared with."""
+PAIRWISE_LEGEND = (
+    "TPO − method over independent seeds (negative: TPO lower); [95%]: percentile bootstrap, each "
+    "method's seeds resampled on their own; p: two-sided Wilcoxon rank-sum (Mann–Whitney U), normal "
+    "approximation with tie and continuity corrections; P(TPO lower): the chance that a TPO seed's "
+    "value is below a method seed's (ties count half; 1 - U / (n_TPO n_method)), the direction the "
+    "test measures. final: difference of the seed means of the last point. per-seed steps: difference "
+    "of the medians of each seed's own first crossing (never = +inf, ranked after every crossing; "
+    "never − never = 0; ±inf: one median is never).")
+
+
+def compare(a: np.ndarray, b: np.ndarray, statistic: Callable[..., Any] = np.mean) -> dict[str, Any]:
+    """``difference`` (statistic(a) - statistic(b)), its ``bootstrap_difference`` interval, the
+    ``rank_sum_test`` p-value and ``lower`` = 1 - U / (n_a n_b) = P(a_i < b_j) + P(a_i = b_j) / 2 over all
+    pairs of seeds (the direction the test measures: above 1/2 where a's values rank lower)."""
+    u, p = rank_sum_test(a, b)
+    return {"difference": difference(a, b, statistic), "ci": list(bootstrap_difference(a, b, statistic)),
+            "p": p, "lower": 1.0 - u / (len(a) * len(b))}
+
+
+def _signed_steps(value: float) -> float | int | str:
+    """A difference of steps as JSON holds it: an integer where whole, ``"+inf"`` / ``"-inf"``."""
+    if math.isinf(value):
+        return "+inf" if value > 0 else "-inf"
+    return int(value) if value.is_integer() else value
+
+
+def pairwise(experiment: Experiment, runs: dict[str, dict[str, Runs]],
+             order: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """One row per (variant, method) of ``order`` whose variant holds TPO: TPO - method of the final
+    (``final_*``) and, with a threshold, of the per-seed median steps (``seed_steps_*``)."""
+    rows = []
+    for variant, algo in order:
+        if algo == REFERENCE or REFERENCE not in runs[variant]:
+            continue
+        tpo, other = runs[variant][REFERENCE], runs[variant][algo]
+        curves_tpo, curves_other = tpo.arrays[experiment.metric], other.arrays[experiment.metric]
+        final = compare(curves_tpo[:, -1], curves_other[:, -1])
+        row = {"variant": variant, "algo": algo, "label": other.label, "reference": tpo.label,
+               "seeds": [len(tpo.seeds), len(other.seeds)], "final_difference": final["difference"],
+               "final_difference_ci": final["ci"], "final_p": final["p"], "final_lower": final["lower"]}
+        if experiment.threshold is not None:
+            steps = compare(seed_steps(curves_tpo, experiment.threshold, tpo.x(experiment.metric)),
+                            seed_steps(curves_other, experiment.threshold, other.x(experiment.metric)),
+                            np.median)
+            row["seed_steps_difference"] = _signed_steps(steps["difference"])
+            row["seed_steps_difference_ci"] = [_signed_steps(v) for v in steps["ci"]]
+            row["seed_steps_p"] = steps["p"]
+            row["seed_steps_lower"] = steps["lower"]
+        rows.append(row)
+    return rows
+
+
+def _fmt_difference(value: float, percent: bool) -> str:
+    """A difference of finals: ``-6.95`` (percentage points) or ``-1.3e-04``."""
+    return f"{100 * value:+.2f}" if percent else f"{value:+.1e}"
+
+
+def _fmt_steps(value: float | int | str) -> str:
+    """A difference of steps as ``_signed_steps`` holds it: ``+49.5``, ``-28``, ``-inf``."""
+    return value if isinstance(value, str) else f"{value:+g}"
+
+
+def pairwise_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
+    """The rows of ``pairwise`` as Markdown, with the legend."""
+    percent = not experiment.name.startswith("tabular")
+    unit = " (pp)" if percent else ""
+    head = ["variant", "TPO − method", "seeds", f"final: difference{unit} [95%]", "p", "P(TPO lower)"]
+    if experiment.threshold is not None:
+        head += [f"per-seed steps to {100 * experiment.threshold:g}%: median difference [95%]", "p",
+                 "P(TPO lower)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        low, high = (_fmt_difference(v, percent) for v in row["final_difference_ci"])
+        cells = [row["variant"], f"{row['reference']} − {row['label']}", "{} / {}".format(*row["seeds"]),
+                 f"{_fmt_difference(row['final_difference'], percent)} [{low}, {high}]",
+                 f"{row['final_p']:.2g}", f"{row['final_lower']:.2f}"]
+        if experiment.threshold is not None:
+            low, high = (_fmt_steps(v) for v in row["seed_steps_difference_ci"])
+            cells += [f"{_fmt_steps(row['seed_steps_difference'])} [{low}, {high}]",
+                      f"{row['seed_steps_p']:.2g}", f"{row['seed_steps_lower']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", PAIRWISE_LEGEND])

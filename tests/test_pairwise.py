@@ -1,0 +1,127 @@
+"""Two methods compared over their independent seeds (experiments/metrics.py, experiments/pairwise.py,
+experiments/report.py): the difference with its bootstrap interval and the rank-sum test."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from experiments.core import save_seed, seed_path
+from experiments.definitions import get_experiment
+from experiments.metrics import BOOTSTRAP_SEED, bootstrap_difference, difference, rank_sum_test
+from experiments.pairwise import compare, pairwise
+from experiments.report import _ordered, load_runs, report
+
+
+def test_rank_sum_test_matches_a_hand_computed_example_without_ties():
+    # ranks of a: 1, 2, 3, so U = 6 - 3 * 4 / 2 = 0; mu = 9 / 2, sigma^2 = 9 / 12 * 7 = 5.25
+    u, p = rank_sum_test(np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0]))
+    assert u == 0.0
+    assert p == pytest.approx(math.erfc((4.5 - 0.5) / math.sqrt(5.25) / math.sqrt(2)))
+    assert p == pytest.approx(0.08086, abs=1e-5)
+
+
+def test_rank_sum_test_matches_a_hand_computed_example_with_ties():
+    # pooled 1, 2, 2, 2, 3: ranks 1, 3, 3, 3, 5; R_a = 7, U = 7 - 6 = 1, mu = 3; one tie group of 3:
+    # sigma^2 = 6 / 12 * (6 - (27 - 3) / (5 * 4)) = 2.4
+    u, p = rank_sum_test(np.array([1.0, 2.0, 2.0]), np.array([2.0, 3.0]))
+    assert u == 1.0
+    assert p == pytest.approx(math.erfc((2 - 0.5) / math.sqrt(2.4) / math.sqrt(2)))
+    assert p == pytest.approx(0.33292, abs=1e-5)
+
+
+def test_rank_sum_test_is_one_for_identical_samples_and_symmetric():
+    values = np.array([0.3, 0.1, 0.2, 0.2, 0.5])
+    assert rank_sum_test(values, values)[1] == 1.0
+    assert rank_sum_test(values, values[::-1])[1] == 1.0
+    assert rank_sum_test(np.full(4, 0.7), np.full(3, 0.7)) == (6.0, 1.0)  # all tied: sigma = 0
+    a, b = np.random.default_rng(0).normal(size=(2, 9))
+    u_ab, p_ab = rank_sum_test(a, b)
+    u_ba, p_ba = rank_sum_test(b, a)
+    assert p_ab == pytest.approx(p_ba) and u_ab + u_ba == 81
+
+
+def test_rank_sum_test_ranks_never_after_every_crossing_and_ties_the_nevers():
+    crossings = np.array([10.0, 20.0, 30.0])
+    # the ranks of 10, 20, 30 against 40, 40, 40 (a group of 3 ties): U = 0
+    assert rank_sum_test(crossings, np.full(3, math.inf)) == rank_sum_test(crossings, np.full(3, 40.0))
+    assert rank_sum_test(crossings, np.full(3, math.inf))[0] == 0.0
+    assert rank_sum_test(np.full(3, math.inf), np.full(3, math.inf))[1] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rank_sum_test_agrees_with_scipy(seed):
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 6, size=7 + seed).astype(np.float64)  # small integers: many ties
+    b = rng.integers(1, 7, size=12 - seed).astype(np.float64)
+    expected = stats.mannwhitneyu(a, b, method="asymptotic")
+    assert rank_sum_test(a, b) == pytest.approx((expected.statistic, expected.pvalue))
+
+
+def test_a_known_difference_lies_in_its_interval_and_separated_samples_have_a_small_p():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(1.0, 0.1, size=30), rng.normal(0.0, 0.1, size=20)
+    assert difference(a, b) == pytest.approx(a.mean() - b.mean())
+    low, high = bootstrap_difference(a, b)
+    assert low < difference(a, b) < high and low < 1.0 < high and high - low < 0.2
+    result = compare(a, b)
+    assert result["p"] < 1e-6 and result["lower"] == 0.0  # every a above every b
+
+
+def test_samples_of_one_distribution_have_a_large_p_and_an_interval_around_zero():
+    a, b = np.random.default_rng(2).uniform(size=(2, 20))
+    result = compare(a, b)
+    assert result["p"] > 0.05 and result["ci"][0] < 0 < result["ci"][1]  # no difference at the 5% level
+    assert 0.3 < result["lower"] < 0.7
+
+
+def test_bootstrap_difference_resamples_each_method_with_the_fixed_generator():
+    a, b = np.random.default_rng(3).normal(size=(2, 8))
+    seeded = bootstrap_difference(a, b, rng=np.random.default_rng(BOOTSTRAP_SEED))
+    assert bootstrap_difference(a, b) == seeded  # reproducible: the report's generator seed
+    assert bootstrap_difference(np.full(5, 0.5), np.full(3, 0.25)) == (0.25, 0.25)
+    medians = bootstrap_difference(a, b, np.median)
+    assert medians[0] <= difference(a, b, np.median) <= medians[1]
+
+
+def test_a_median_difference_with_never_is_infinite_and_never_minus_never_is_zero():
+    never = np.full(4, math.inf)
+    assert difference(np.array([1.0, 2.0, 3.0]), never, np.median) == -math.inf
+    assert difference(never, never, np.median) == 0.0
+    assert bootstrap_difference(never, never, np.median) == (0.0, 0.0)
+    assert bootstrap_difference(np.array([5.0, math.inf]), np.array([1.0]), np.median)[1] == math.inf
+
+
+def _write(tmp_path, experiment, variant, algo, curves):
+    """One seed file per curve of ``curves`` for (variant, algo), as ``experiments.run`` writes them."""
+    spec = experiment.build(len(curves[0]), True)[variant][algo]
+    for seed, curve in enumerate(curves):
+        meta = {"experiment": experiment.name, "variant": variant, "seed": seed, "wall_s": 1.0,
+                "spec": {"algo": algo, "n_updates": len(curve), "kwargs": {"group_mode": "token"}},
+                "fingerprint": spec.fingerprint()}
+        path = seed_path(tmp_path, experiment.name, variant, algo, seed)
+        save_seed(path, {"update/error": np.array(curve)}, meta)
+
+
+def test_report_compares_tpo_with_each_method_of_its_cell_and_keeps_the_rows(tmp_path):
+    experiment = get_experiment("vocab_sweep")
+    _write(tmp_path, experiment, "V2", "tpo", [[1.0, 0.0, 0.0], [1.0, 0.0, 0.02], [1.0, 0.5, 0.0]])
+    _write(tmp_path, experiment, "V2", "grpo", [[1.0, 1.0, 0.5], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    _write(tmp_path, experiment, "V4", "grpo", [[1.0, 1.0, 1.0]])  # no TPO in V4: no pair
+    runs = load_runs(tmp_path, "vocab_sweep")
+    row, = pairwise(experiment, runs, _ordered(experiment, runs))
+    assert (row["variant"], row["algo"], row["seeds"]) == ("V2", "grpo", [3, 3])
+    assert row["final_difference"] == pytest.approx(0.02 / 3 - 1.5 / 3)
+    assert row["final_difference_ci"][0] <= row["final_difference"] <= row["final_difference_ci"][1]
+    # per-seed crossings of 1%: TPO 1, 1, 2 (median 1); GRPO never, never, 2 (median never): TPO lower in
+    # 8 of the 9 pairs of seeds, tied in one
+    assert row["seed_steps_difference"] == "-inf" and row["seed_steps_lower"] == pytest.approx(8.5 / 9)
+    text = report("vocab_sweep", tmp_path, tmp_path / "figs")
+    assert "pairwise differences" in text and "| V2 | tpo (token) − grpo (token) | 3 / 3 |" in text
+    summary = json.loads((tmp_path / "figs" / "vocab_sweep.json").read_text())
+    assert summary["pairwise"] == [row]
+    assert [r["algo"] for r in summary["rows"]] == ["tpo", "grpo", "grpo"]

@@ -20,6 +20,7 @@ popstd = population std (divide by N). docs/algorithms.md states every formula w
 """
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -153,11 +154,14 @@ def check_scores(scores: torch.Tensor, logscores: torch.Tensor | None = None) ->
 def standardize(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
     """Within-group score standardisation u(s) over the last axis K (paper Sec. 2, App. A).
 
-    c = s - mean_K s,  sigma = popstd_K s;  u = c / sigma if sigma > threshold else c.
-    No epsilon is added; a group of equal scores gives u = 0 exactly.
+    c = s - mean_K s,  sigma = popstd_K s;  u = c / sigma if sigma > threshold else 0.
+    No epsilon is added. A group without signal (equal scores, sigma <= threshold) gets u = 0 exactly,
+    as the paper states (App. A), also where the float mean of K equal scores is off by a rounding
+    error (K not a power of two).
     """
     centred, sigma = _centred_popstd(scores, -1)
-    return centred / torch.where(sigma > threshold, sigma, torch.ones_like(sigma))
+    signal = sigma > threshold
+    return torch.where(signal, centred / torch.where(signal, sigma, torch.ones_like(sigma)), 0.0)
 
 
 def zero_variance_groups(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
@@ -183,14 +187,54 @@ def tpo_target(
     return softmax_last(logits)
 
 
-def tpo_loss(logscores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def group_softmax(logits: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax over the last axis K (over each group's ``valid`` entries, 0 on the others and in groups
+    with none valid). The TPO target and the TPO gradient's p both come from this one function, so
+    that equal inputs give bitwise equal outputs."""
+    if valid is None:
+        return softmax_last(logits)
+    return masked_log_softmax(logits, valid).exp() * valid
+
+
+class _TargetCrossEntropy(torch.autograd.Function):
+    """loss = mean_groups [ - sum_K q_i log p_i ] with the gradient (p - q) / n_groups on L_theta.
+
+    The gradient is written out rather than left to autograd, whose log_softmax backward forms
+    p * sum_K q - q with p = exp(log p): a rounding error away from zero where q = p_old and
+    L_theta = L_old, which a normalising optimizer (Muon, Adam) turns into a full step. Here p is
+    :func:`group_softmax` (L_theta), the function q comes from, so such a group's gradient is exactly
+    0. Groups whose target is all zero (fewer than two valid candidates) get no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logscores: torch.Tensor, target: torch.Tensor,
+                valid: torch.Tensor | None) -> torch.Tensor:
+        log_p = log_softmax_last(logscores) if valid is None else masked_log_softmax(logscores, valid)
+        ctx.save_for_backward(logscores, target, valid)
+        ctx.n_groups = logscores.numel() // max(logscores.shape[-1], 1)
+        return -(target * log_p).sum(-1).mean()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        logscores, target, valid = ctx.saved_tensors
+        gap = group_softmax(logscores, valid) - target
+        if valid is not None:
+            gap = gap * (target.sum(-1, keepdim=True) > 0)
+        return gap * (grad / ctx.n_groups), None, None
+
+
+def tpo_loss(
+    logscores: torch.Tensor, target: torch.Tensor, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """TPO cross-entropy to the frozen target (paper Sec. 2).
 
-    loss = mean_groups [ - sum_K q_i log p_i ],  p = softmax_K(L_theta).
-    Gradient w.r.t. the group logscores: (p - q) / n_groups. Duplicate candidates stay separate entries.
+    loss = mean_groups [ - sum_K q_i log p_i ],  p = softmax_K(L_theta) (over the ``valid`` candidates).
+    Gradient w.r.t. the group logscores: (p - q) / n_groups, exactly 0 for a group whose target is
+    q = softmax_K(L_old) with L_theta = L_old (no signal, at theta = theta_old). Duplicate candidates
+    stay separate entries.
     """
     _check_groups(logscores)
-    return -(target.detach() * log_softmax_last(logscores)).sum(-1).mean()
+    return _TargetCrossEntropy.apply(logscores, target.detach(), valid)
 
 
 def group_pg_loss(logscores: torch.Tensor, scores: torch.Tensor, eta: float = 1.0) -> torch.Tensor:
@@ -207,11 +251,15 @@ def group_pg_loss(logscores: torch.Tensor, scores: torch.Tensor, eta: float = 1.
 def grpo_advantages(scores: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """GRPO group advantages over the last axis K: A = (s - mean_K s) / (popstd_K s + eps).
 
-    Raises ``ValueError`` on non-finite scores.
+    A group of equal scores gets A = 0 exactly (its float mean can be a rounding error off the scores
+    when K is not a power of two, which eps would otherwise magnify). Raises ``ValueError`` on
+    non-finite scores.
     """
     check_scores(scores)
-    centred, sigma = _centred_popstd(scores.detach(), -1)
-    return centred / (sigma + eps)
+    scores = scores.detach()
+    centred, sigma = _centred_popstd(scores, -1)
+    equal = (scores == scores[..., :1]).all(-1, keepdim=True)
+    return torch.where(equal, 0.0, centred / (sigma + eps))
 
 
 def grpo_loss(
@@ -522,14 +570,15 @@ def masked_standardize(scores: torch.Tensor, valid: torch.Tensor, threshold: flo
     """:func:`standardize` over the valid candidates of each group ``[..., K]``; 0 on the others.
 
     With V = {i : valid_i}:  c_i = s_i - mean_V s,  sigma = sqrt(mean_V c^2);  u_i = c_i / sigma if
-    sigma > threshold else c_i, for i in V;  u_i = 0 outside V. Standardisation is affine-invariant, so
+    sigma > threshold else 0, for i in V;  u_i = 0 outside V. Standardisation is affine-invariant, so
     already z-scored scores (verl's advantages) give the same u as the raw scores.
     """
     v = valid.to(scores.dtype)
     n = v.sum(-1, keepdim=True).clamp(min=1)
     centred = (scores - (scores * v).sum(-1, keepdim=True) / n) * v
     sigma = (centred.pow(2).sum(-1, keepdim=True) / n).sqrt()
-    return centred / torch.where(sigma > threshold, sigma, torch.ones_like(sigma))
+    signal = sigma > threshold
+    return torch.where(signal, centred / torch.where(signal, sigma, torch.ones_like(sigma)), 0.0)
 
 
 def masked_log_softmax(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -573,12 +622,11 @@ def masked_tpo_loss(
     valid = valid.bool()
     check_scores(torch.where(valid, scores.detach(), torch.zeros_like(scores)))
     logits = masked_standardize(scores.detach(), valid) / eta
-    if anchor:
-        logits = logits + masked_log_softmax(old_logscores.detach(), valid)
+    if anchor:  # softmax_V(log p_old,V + u / eta) = softmax_V(L_old + u / eta): log_softmax_V only shifts
+        logits = old_logscores.detach() + logits
     usable = valid.sum(-1, keepdim=True) >= 2
-    target = (masked_log_softmax(logits, valid).exp() * valid * usable).detach()
-    loss = -(target * masked_log_softmax(logscores, valid)).sum(-1).mean()
-    return loss, target
+    target = (group_softmax(logits, valid) * usable).detach()
+    return tpo_loss(logscores, target, valid), target
 
 
 @torch.no_grad()

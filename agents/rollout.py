@@ -50,8 +50,8 @@ class Episodes:
     group_size: int
     prompts: th.Tensor | None = None  # [N, H] for the token tasks (teacher-forced re-scoring)
     distinct: tuple[th.Tensor, th.Tensor] | None = field(default=None, repr=False)  # see distinct_sequences
-    #: log pi_theta [N, T, A] with gradient, computed at collection by a fused collector (one forward per
-    #: update): the first epoch's log-probabilities, taken once (``take_first_log_probs``).
+    #: log pi_theta [N, T, A] with gradient, computed at collection (one forward per update; old_log_probs
+    #: is its detached copy): the first epoch's log-probabilities, taken once (``take_first_log_probs``).
     first_log_probs: th.Tensor | None = field(default=None, repr=False)
 
 
@@ -68,6 +68,8 @@ class TokenGroups:
     returns: th.Tensor  # [B]
     prompts: th.Tensor | None = None  # [B, H]
     distinct: tuple[th.Tensor, th.Tensor] | None = field(default=None, repr=False)
+    #: log pi_theta [B, H, V] with gradient for the first epoch (see ``Episodes.first_log_probs``).
+    first_log_probs: th.Tensor | None = field(default=None, repr=False)
 
 
 @dataclass

@@ -168,6 +168,7 @@ def test_reference_kl_is_one_token_mean_whatever_the_micro_batch_size(tiny_llm_d
     grads, kls = [], []
     for micro in (16, 4):
         model = _text_model(TPOAlgo, tiny_llm_dir, micro, kl_coef=0.5)
+        model.policy.reference_model()  # the frozen copy of the original weights, before they move
         with torch.no_grad():  # move theta away from the reference (the original weights)
             g = torch.Generator().manual_seed(0)
             for param in model.policy.parameters():

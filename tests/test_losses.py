@@ -36,8 +36,13 @@ def test_standardize_hand_values_and_threshold():
     u = L.standardize(t([[1.0, 0.0, -1.0], [2.0, 2.0, 2.0]]))
     sigma = math.sqrt(2 / 3)
     assert close(u, [[1 / sigma, 0.0, -1 / sigma], [0.0, 0.0, 0.0]])
-    # below the threshold the centred scores come back unscaled
-    assert close(L.standardize(t([1.0, 1.0 + 2e-8])), [-1e-8, 1e-8], tol=1e-15)
+    # below the threshold u = 0 exactly (paper App. A), not the centred scores
+    assert L.standardize(t([1.0, 1.0 + 2e-8])).eq(0).all()
+    # equal scores whose float32 mean is off by rounding (K = 3, s = 0.9: s - mean = 6e-8, which the
+    # reference's A = c / (sigma + 1e-8) would turn into A = 6) still give u = 0 and A = 0 exactly
+    equal = torch.full((1, 3), 0.9)
+    assert (equal - equal.mean(-1, keepdim=True)).ne(0).all()
+    assert L.standardize(equal).eq(0).all() and L.grpo_advantages(equal).eq(0).all()
     assert close(L.standardize(t([1.0, 1.0 + 2e-8]), threshold=1e-9), [-1.0, 1.0], tol=1e-6)
 
 

@@ -117,6 +117,8 @@ def test_a_batch_is_groups_of_completions_of_one_prompt(model_dir):
 def test_rollout_log_probs_from_the_first_epoch_equal_a_forward_before_the_update(model_dir):
     model = make(TPO, model_dir, learning_rate=3e-3, n_epochs=2)
     batch = _collect(model)
+    batch.scores = th.zeros_like(batch.scores)
+    batch.scores[:, 0] = 1.0  # signal in every group (a batch without any has an exactly zero gradient)
     with th.no_grad():
         before = th.cat([model.policy.token_log_probs(batch.completions, part.rows)
                          for part, _ in model.mode.parts(batch)])  # fmt: skip

@@ -34,7 +34,7 @@ class SequenceMode(EpisodeMode):
         return self.batch_size * self.group_size
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Episodes | None:
-        return collect_episodes(env, policy, self.group_size, on_step)
+        return self.rescore_old_policy(policy, collect_episodes(env, policy, self.group_size, on_step))
 
     def group_view(self, batch: Episodes, log_probs: th.Tensor) -> GroupView:
         shape = (batch.n_contexts, batch.group_size)

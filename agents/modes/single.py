@@ -63,7 +63,7 @@ class SingleMode(EpisodeMode):
         return isinstance(self.observation_space, spaces.Discrete)
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Episodes | None:
-        return collect_episodes(env, policy, 1, on_step)
+        return self.rescore_old_policy(policy, collect_episodes(env, policy, 1, on_step))
 
     def log_probs(self, policy: ActionPolicy, batch: Episodes | TableSamples) -> th.Tensor:
         if not isinstance(batch, TableSamples):

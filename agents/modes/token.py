@@ -40,7 +40,7 @@ class TokenMode(EpisodeMode):
         return self.batch_size
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> TokenGroups | None:
-        return collect_token_groups(env, policy, self.group_size, on_step)
+        return self.rescore_old_policy(policy, collect_token_groups(env, policy, self.group_size, on_step))
 
     def group_view(self, batch: TokenGroups, log_probs) -> GroupView:
         return GroupView(

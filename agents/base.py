@@ -124,10 +124,17 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         A mode may split a batch into parts of whole groups (the text mode's micro-batches); each
         part's loss is weighted by its share of the batch and the gradients accumulate, so one
         optimizer step sees the full-batch gradient. Logged stats are the parts' weighted means.
-        ``diagnostics=False`` skips the ``train/`` diagnostics (the loss's stats, the gradient norm, the
+        A batch in which no group carries signal (:meth:`~agents.modes.CollectionMode.has_signal`) is
+        counted (``train/batches_without_signal``) and, with ``skip_batches_without_signal``, not trained
+        on. ``diagnostics=False`` skips the ``train/`` diagnostics (the loss's stats, the gradient norm, the
         KL to pi_old), which change no parameter: the learn loop of a fused collector computes them for
         logged updates only.
         """
+        if not self.mode.has_signal(batch, self._view):
+            self.batches_without_signal += 1
+            self.logger.record("train/batches_without_signal", self.batches_without_signal)
+            if self.skip_batches_without_signal:
+                return
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         for name in self.schedules:

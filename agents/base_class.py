@@ -90,6 +90,12 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         (sum_k pi_k^2, the MNIST baseline) or a constant (0.5 in the tabular runs).
     :param kl_coef: weight of a per-token KL to the frozen reference model added to the loss (text
         mode: the paper's LLM runs use 1e-3); 0 adds nothing.
+    :param skip_batches_without_signal: skip the update of a batch in which no group carries signal
+        (equal scores in every group: every TPO target is p_old and every GRPO advantage 0; single mode:
+        every advantage 0): no backward pass and no optimizer step, as DAPO's dynamic sampling drops such
+        groups. False (the paper's reference code and TRL): the optimizer steps on the batch's exactly
+        zero gradient, which moves the parameters only by the optimizer's momentum. Not with
+        ``kl_coef`` (the KL to the reference model has a gradient there) nor with ``n_seeds > 1``.
     :param mode_kwargs: extra settings of the collection mode (text mode: ``sample_every``).
     :param env_kwargs: keyword arguments of the env when ``env`` is an id.
     :param monitor_dir: write one ``monitor.csv`` row per collected episode into this folder.
@@ -131,6 +137,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         match: str = "prompts",
         baseline: str | float = "batch_mean",
         kl_coef: float = 0.0,
+        skip_batches_without_signal: bool = False,
         mode_kwargs: dict[str, Any] | None = None,
         env_kwargs: dict[str, Any] | None = None,
         monitor_dir: str | None = None,
@@ -160,6 +167,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.group_size = group_size
         self.baseline = baseline
         self.kl_coef = kl_coef
+        self.skip_batches_without_signal = skip_batches_without_signal
+        #: Batches collected in which no group carried signal (``train/batches_without_signal``).
+        self.batches_without_signal = 0
         self.mode_kwargs = dict(mode_kwargs or {})
         self.n_seeds = n_seeds
         self._validate()  # before anything is built or printed
@@ -279,6 +289,11 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             raise checks.HyperparameterError("baseline", self.baseline, allowed)
         checks.check_nonnegative("kl_coef", self.kl_coef)
         checks.check_integer("n_seeds", self.n_seeds)
+        checks.check_bool("skip_batches_without_signal", self.skip_batches_without_signal)
+        if self.skip_batches_without_signal and (self.kl_coef or self.n_seeds > 1):
+            raise checks.HyperparameterError(
+                "skip_batches_without_signal", True, "False with kl_coef > 0 or n_seeds > 1 (a population "
+                "updates its members together; the reference KL has a gradient on any batch)")
 
     def _setup_model(self) -> None:
         if self._env_source is not None:

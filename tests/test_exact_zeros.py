@@ -183,3 +183,49 @@ def test_verl_s_loss_gives_zero_variance_groups_an_exactly_zero_gradient():
         grad = gradient(lambda lp: tv.compute_tpo_policy_loss(old, lp, advantages, mask,  # noqa: B023
                                                               "token-mean", config)[0], old)  # noqa: B023
         assert grad.eq(0).all(), seed
+
+
+# --------------------------------------------------------------- batches without signal: step or skip
+
+
+def without_signal(batch):
+    batch.token_rewards = torch.zeros_like(batch.token_rewards)
+    return batch
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_batch_without_signal_after_one_with_is_counted_and_stepped_on_momentum_or_skipped(skip):
+    """After an update with signal the optimizer has momentum: on a batch without signal it still moves
+    the parameters (the reference's and TRL's behaviour), unless the update is skipped."""
+    model = token_task_model("grpo", "sequence", "terminal")
+    model.skip_batches_without_signal = skip
+    first = collect(model)
+    first.token_rewards = torch.zeros_like(first.token_rewards)
+    first.token_rewards[0] = 1.0  # one success: signal in group 0
+    model.train(first)
+    updates = model._n_updates
+    before = [p.detach().clone() for p in model.policy.parameters()]
+    model.train(without_signal(collect(model)))
+    after = list(model.policy.parameters())
+    moved = any(not torch.equal(a, b.detach()) for a, b in zip(before, after, strict=True))
+    assert moved is not skip
+    assert model.batches_without_signal == 1
+    assert model.logger.name_to_value["train/batches_without_signal"] == 1
+    assert model._n_updates == updates + (0 if skip else model.n_epochs)
+
+
+def test_single_mode_counts_batches_whose_advantages_are_all_zero():
+    model = token_task_model("ppo", "single", "bag_of_tokens")
+    batch = collect(model)
+    assert model.mode.has_signal(batch, "sample") is bool(batch.token_rewards.std(0).gt(0).any())
+    batch.token_rewards = torch.ones_like(batch.token_rewards)  # every sample right: A = 0 everywhere
+    assert not model.mode.has_signal(batch, "sample")
+
+
+@pytest.mark.parametrize("setting", [{"n_seeds": 2}, {"kl_coef": 0.1}])
+def test_skipping_is_refused_where_it_would_drop_a_gradient(setting):
+    from agents.zoo.registry import get_algo
+
+    with pytest.raises(ValueError, match="skip_batches_without_signal"):
+        get_algo("tpo")("TransformerPolicy", "TPO/TokenReversal-v0", skip_batches_without_signal=True,
+                        env_kwargs=dict(sequence_length=3), **setting)

@@ -255,6 +255,13 @@ class CollectionMode(ABC):
         """Per-episode ``monitor.csv`` columns (``r``, ``l`` and info keys), None if no episodes."""
         return None
 
+    def has_signal(self, batch: Any, view: str) -> bool:
+        """Whether some group of the batch carries signal through ``view``: scores that are not all
+        equal (the TPO target differs from p_old, a GRPO advantage is not 0), or a nonzero advantage.
+        A batch without is trained on with an exactly zero gradient, or skipped
+        (``skip_batches_without_signal``). True here: the mode's batches always carry some."""
+        return True
+
     def parts(self, batch: Any) -> Iterator[tuple[Any, float]]:
         """The batch as parts of whole groups with their share of the loss (here: all of it, 1.0)."""
         yield batch, 1.0

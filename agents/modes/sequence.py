@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch as th
 from gymnasium.vector import VectorEnv
 
+from agents import losses
 from agents.modes.base import EnvTraits, GroupView, StepHook
 from agents.modes.episodes import EpisodeMode
 from agents.policies.protocols import ActionPolicy
@@ -35,6 +36,10 @@ class SequenceMode(EpisodeMode):
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Episodes | None:
         return self.rescore_old_policy(policy, collect_episodes(env, policy, self.group_size, on_step))
+
+    def has_signal(self, batch: Episodes, view: str) -> bool:
+        scores = batch.token_rewards.mean(-1).reshape(batch.n_contexts, batch.group_size)
+        return not bool(losses.zero_variance_groups(scores).all())
 
     def group_view(self, batch: Episodes, log_probs: th.Tensor) -> GroupView:
         shape = (batch.n_contexts, batch.group_size)

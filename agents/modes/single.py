@@ -130,6 +130,13 @@ class SingleMode(EpisodeMode):
             logscores, old_logscores = logscores[first], old_logscores[first]
         return GroupView(logscores, old_logscores, scores)
 
+    def has_signal(self, batch: Episodes | TableSamples, view: str) -> bool:
+        """Some advantage is not 0: with the batch-mean baseline, rewards that differ at some position
+        (the other baselines always leave a nonzero advantage)."""
+        if self.baseline != "batch_mean":
+            return True
+        return bool(self._advantages(batch, batch.token_rewards).ne(0).any())
+
     def approx_kl(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> th.Tensor:
         if isinstance(batch, TableSamples):  # over every sample's state, as the generic batch holds them
             return losses.policy_kl(batch.expanded(batch.old_log_probs), batch.expanded(log_probs))

@@ -136,6 +136,11 @@ class TextMode(CollectionMode):
         )
         return batch
 
+    def has_signal(self, batch: TextBatch, view: str) -> bool:
+        if view == "group":
+            return not bool(losses.zero_variance_groups(batch.scores).all())
+        return bool(batch.advantages.ne(0).any())
+
     def parts(self, batch: TextBatch) -> Iterator[tuple[TextPart, float]]:
         n = batch.scores.numel()
         for start in range(0, n, batch.rows_per_part):

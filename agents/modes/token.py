@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gymnasium.vector import VectorEnv
 
+from agents import losses
 from agents.modes.base import EnvTraits, GroupView, StepHook
 from agents.modes.episodes import EpisodeMode
 from agents.policies.protocols import ActionPolicy
@@ -41,6 +42,9 @@ class TokenMode(EpisodeMode):
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> TokenGroups | None:
         return self.rescore_old_policy(policy, collect_token_groups(env, policy, self.group_size, on_step))
+
+    def has_signal(self, batch: TokenGroups, view: str) -> bool:
+        return not bool(losses.zero_variance_groups(batch.scores).all())
 
     def group_view(self, batch: TokenGroups, log_probs) -> GroupView:
         return GroupView(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
         )
+        without_signal_before = self.batches_without_signal
         fused = fused_collector(self)  # the engine's collection, or None: the generic path
         every_update = fused is None or wants_train_diagnostics(callback)
         every_rollout = fused is None or wants_rollout_metrics(callback)
@@ -78,6 +80,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
                 self._dump_logs(iteration)
         self.rollout_metrics = True  # a later generic ``collect`` records its batch's values again
         callback.on_training_end()
+        _warn_without_signal(self.batches_without_signal - without_signal_before, iteration)
         return self
 
     def collect(self, callback: BaseCallback) -> Any:
@@ -204,6 +207,17 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         if self.ep_info_buffer:
             self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))
         self.logger.dump(step=self.num_timesteps)
+
+
+def _warn_without_signal(without_signal: int, batches: int) -> None:
+    """One warning when most of a ``learn`` call's batches had nothing to learn from."""
+    if batches and without_signal > batches / 2:
+        warnings.warn(
+            f"{without_signal} of {batches} batches had no signal (equal scores in every group, or every "
+            "advantage 0): their gradient is exactly zero; a task this hard for the policy needs larger "
+            "groups, an easier start or more updates (train/batches_without_signal counts them)",
+            stacklevel=3,
+        )
 
 
 def _global_grad_norm(parameters: Any, n_members: int = 1) -> float:

@@ -229,3 +229,18 @@ def test_skipping_is_refused_where_it_would_drop_a_gradient(setting):
     with pytest.raises(ValueError, match="skip_batches_without_signal"):
         get_algo("tpo")("TransformerPolicy", "TPO/TokenReversal-v0", skip_batches_without_signal=True,
                         env_kwargs=dict(sequence_length=3), **setting)
+
+
+def test_one_warning_when_most_batches_have_no_signal():
+    model = token_task_model("tpo", "sequence", "terminal")
+    collect_batch = model.collect
+
+    def all_fail(callback):
+        batch = collect_batch(callback)
+        return without_signal(batch) if batch is not None else None
+
+    model.collect = all_fail
+    with pytest.warns(UserWarning, match="3 of 3 batches had no signal") as record:
+        model.learn(n_iterations=3)
+    assert len([w for w in record if "no signal" in str(w.message)]) == 1
+    assert model.batches_without_signal == 3

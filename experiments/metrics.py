@@ -4,7 +4,9 @@
   sqrt(n), as the paper's figures): the one definition, shared with the zoo's plots.
 * ``steps_to``: "steps to X% error" (Tables 1, 2, 5) = the first x (0-based episode, or MNIST evaluation
   label) at which the **seed-mean** curve is below the threshold, unsmoothed; ``None`` ("never") if it
-  never is.
+  never is. "Below" is ``below``: by more than float32's resolution, the precision in which the curves
+  are computed and stored, so that an error of exactly X (stored as 0.0099999998 or 0.0099999904 for
+  1%) is not below X.
 * ``final``: the seed mean of the **last single point** (no window average; Tables 3, 5).
 * ``bootstrap_final``, ``bootstrap_steps``: percentile-bootstrap intervals over seeds of both (not in the
   paper); ``outside``: whether a paper value lies outside such an interval.
@@ -40,19 +42,32 @@ CONCENTRATION_EDGES = (0.0, 0.25, 0.5, 0.75, 1.01)
 """Bins of the wrong-class concentration c of a misclassified image (Fig. 5b)."""
 BOOTSTRAP_SEED = 0
 """The default generator seed of the bootstrap intervals, so that a report is reproducible."""
+FLOAT32_RESOLUTION = 2.0**-23
+"""float32's machine epsilon: the curves are fractions in [0, 1] computed and stored in float32 (an error
+as ``1 - accuracy``), so each holds its exact value to within about one float32 unit at 1 (2^-24); two
+values closer than this are the same value."""
+
+
+def below(values: np.ndarray, threshold: float) -> np.ndarray:
+    """Where ``values`` are strictly below ``threshold``: ``values < threshold - FLOAT32_RESOLUTION``.
+
+    The one comparison of every "steps to X" statistic. A float32 curve at an exact X (1% stored as
+    0.0099999998, or computed as ``1 - 0.99`` in float32: 0.0099999904) is X, not below it.
+    """
+    return np.asarray(values, dtype=np.float64) < threshold - FLOAT32_RESOLUTION
 
 
 def steps_to(curves: np.ndarray, threshold: float, x: np.ndarray | None = None) -> float | None:
-    """First x at which the seed-mean curve is strictly below ``threshold``, else None.
+    """First x at which the seed-mean curve is strictly below ``threshold`` (``below``), else None.
 
     ``curves`` is [n_seeds, n_points]; ``x`` defaults to the 0-based index (episodes, steps).
     """
     mean = np.asarray(curves, dtype=np.float64).mean(0)
-    below = np.flatnonzero(mean < threshold)
-    if len(below) == 0:
+    crossed = np.flatnonzero(below(mean, threshold))
+    if len(crossed) == 0:
         return None
     x = np.arange(len(mean)) if x is None else np.asarray(x)
-    return float(x[below[0]])
+    return float(x[crossed[0]])
 
 
 def final(curves: np.ndarray) -> tuple[float, float]:
@@ -103,24 +118,24 @@ def bootstrap_steps(curves: np.ndarray, threshold: float, x: np.ndarray | None =
                     level: float = 0.95, rng: np.random.Generator | None = None) -> tuple[float, float]:
     """Percentile-bootstrap ``level`` interval of ``steps_to`` over seeds (+inf = never reached).
 
-    For resamples b of the seed rows with replacement, s_b = min{x_t : mean_j curves[i_bj, t] < threshold}
-    (+inf if empty); the interval is the ((1 - level)/2, (1 + level)/2) quantiles of {s_b}, so the high
-    end is inf when more than (1 - level)/2 of the resamples never reach the threshold.
+    For resamples b of the seed rows with replacement, s_b = min{x_t : mean_j curves[i_bj, t] below
+    threshold} (``below``; +inf if empty); the interval is the ((1 - level)/2, (1 + level)/2) quantiles
+    of {s_b}, so the high end is inf when more than (1 - level)/2 of the resamples never reach the threshold.
     """
-    below = _resampled_means(curves, n_boot, rng) < threshold  # [n_boot, n_points]
-    x = np.arange(below.shape[1], dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
-    steps = np.where(below.any(1), x[below.argmax(1)], np.inf)
+    crossed = below(_resampled_means(curves, n_boot, rng), threshold)  # [n_boot, n_points]
+    x = np.arange(crossed.shape[1], dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
+    steps = np.where(crossed.any(1), x[crossed.argmax(1)], np.inf)
     return _percentile_interval(steps, level)
 
 
 def seed_steps(curves: np.ndarray, threshold: float, x: np.ndarray | None = None) -> np.ndarray:
-    """Each seed's own first x strictly below ``threshold`` (+inf: never), ``[n_seeds]``.
+    """Each seed's own first x strictly below ``threshold`` (``below``; +inf: never), ``[n_seeds]``.
 
-    s_j = min{x_t : curves[j, t] < threshold}; ``x`` defaults to the 0-based index.
+    s_j = min{x_t : curves[j, t] below threshold}; ``x`` defaults to the 0-based index.
     """
-    below = np.asarray(curves, dtype=np.float64) < threshold
-    x = np.arange(below.shape[1], dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
-    return np.where(below.any(1), x[below.argmax(1)], np.inf)
+    crossed = below(curves, threshold)
+    x = np.arange(crossed.shape[1], dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
+    return np.where(crossed.any(1), x[crossed.argmax(1)], np.inf)
 
 
 def median_steps(curves: np.ndarray, threshold: float, x: np.ndarray | None = None) -> float:

@@ -3,7 +3,8 @@ the paper's figure (seed mean +- s.e., log-scale error) as a PNG and its table, 
 from the per-seed files (default ``results/paper``, the committed results; no training).
 
 "Final" is the seed mean of the last single point and "steps to X%" the first x at which the seed-mean
-curve is below X% (Tables 1-3, 5; ``experiments.metrics``), each with its percentile-bootstrap 95%
+curve is below X% by more than float32's resolution, 2^-23, so that a float32 curve at exactly X is not
+below it (Tables 1-3, 5; ``experiments.metrics.below``), each with its percentile-bootstrap 95%
 interval over seeds in brackets; a † marks a paper value outside that interval. Beyond the paper: the
 median over seeds of each seed's own first crossing (its interval, and how many seeds cross), the
 interquartile mean (IQM) of the seeds' finals with its interval, and the performance profiles (fraction

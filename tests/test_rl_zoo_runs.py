@@ -114,6 +114,14 @@ def test_plots_read_zoo_runs(zoo_logs: Path, tmp_path: Path) -> None:
         assert data["results"].shape == (2, 2)
 
 
+def test_plots_name_rl_zoo3_s_monitor_file_where_the_task_error_is_missing(zoo_logs: Path, tmp_path: Path
+                                                                           ) -> None:  # fmt: skip
+    with pytest.raises(ResultsError, match=r"^ppo on CartPole-v1 \(2 runs in .*logs/ppo\): rl_zoo3's monitor "
+                                           r"file has no task_error column \(no token_error or is_success; "
+                                           r"monitor columns: r, l, t\); use -y reward$"):  # fmt: skip
+        plots.main(["-f", str(zoo_logs), "-o", str(tmp_path / "fig.png")])
+
+
 def test_a_broken_args_yml_is_one_line_in_the_plots(zoo_logs: Path, tmp_path: Path) -> None:
     run = tmp_path / "logs" / "ppo" / f"{ENV}_1"
     (run / ENV).mkdir(parents=True)

@@ -12,6 +12,7 @@ import pytest
 from experiments.core import save_seed, seed_path
 from experiments.definitions import get_experiment
 from experiments.metrics import (
+    below,
     bootstrap_final,
     bootstrap_iqm,
     bootstrap_median_steps,
@@ -35,6 +36,18 @@ def test_seed_steps_is_each_seeds_first_x_strictly_below_the_threshold():
     np.testing.assert_array_equal(seed_steps(curves, 0.3, x=np.array([0, 200, 400, 600])), [400, 200, 200])
     assert median_steps(curves, 0.3) == 1 and median_steps(curves, 0.25) == 3
     assert median_steps(curves, 0.0) == math.inf  # no seed crosses: never
+
+
+def test_a_float32_curve_at_exactly_one_percent_is_not_below_one_percent():
+    """0.01 stored in float32 (0.0099999998) and 1 - 0.99 computed in float32 (0.0099999904) are 1%, not
+    below it, in every crossing statistic; a value 10^-6 below 1% is below."""
+    at = [np.float32(0.01), np.float32(1) - np.float32(0.99)]
+    assert all(float(value) < 0.01 for value in at) and not below(np.array(at), 0.01).any()
+    curves = np.array([[0.5, at[0], at[1], 0.009999], [0.5, at[1], at[0], 0.009999]], dtype=np.float32)
+    assert steps_to(curves, 0.01) == 3 and bootstrap_steps(curves, 0.01) == (3.0, 3.0)
+    np.testing.assert_array_equal(seed_steps(curves, 0.01), [3, 3])
+    assert median_steps(curves, 0.01) == 3 and bootstrap_median_steps(curves, 0.01) == (3.0, 3.0)
+    assert steps_to(curves[:, :3], 0.01) is None  # never below 1%
 
 
 def test_median_steps_is_robust_where_the_seed_mean_curve_hovers_at_the_threshold():

@@ -4,12 +4,14 @@
     python -m agents.zoo.plots -f logs/ -a a2c dqn -e CartPole-v1 Acrobot-v1 -y reward --table scores.md
 
 The RL Zoo's ``plot_train`` and ``all_plots`` in one command: every run ``<Env>_<N>`` of an (algo, env)
-pair is one seed; each env gets a panel with one curve per algorithm (the mean over seeds, with a
-band of one standard error), all in one PNG. The data are the training episodes (``--source monitor``,
-smoothed over ``--window`` points) or the evaluations (``--source eval``). The table gives, per
-algorithm and env, the final task error and reward (the mean of the last ``--window`` points of each
-seed), mean +- standard error over seeds, and the number of seeds. Nothing is shown on screen unless
-``--show`` is given.
+pair is one seed (a run resumed with ``-i`` continues the seed it was resumed from); each env gets a
+panel with one curve per algorithm (the mean over seeds, with a band of one standard error), all in one
+PNG. The data are the training episodes (``--source monitor``, smoothed over ``--window`` points) or the
+evaluations (``--source eval``). Each env's comparison has one horizon, where its shortest run ends: the
+panel's curves stop there, and the table gives, per algorithm and env, the task error and reward there
+(each seed's smoothed curve at the horizon, mean +- standard error over seeds), the horizon and the
+number of seeds. One line flags an env whose runs end at different x, or share no x range. Nothing is
+shown on screen unless ``--show`` is given.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Group:
     env_id: str
     runs: list[Run]
     curves: list[results.Curve] = field(default_factory=list)
+    #: The x where the figure's curve ends and the table's values are taken.
+    horizon: float = float("nan")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,27 +111,79 @@ def load_curves(groups: list[Group], args: argparse.Namespace) -> list[Group]:
     return kept
 
 
+def _x(value: float) -> str:
+    """An x value as the table and the notes print it: an integer where it is one."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _ends(group: Group) -> list[tuple[float, float, Run]]:
+    """``(start, end, run)`` of each seed's curve in ``group``."""
+    return [(float(c.x[0]), float(c.x[-1]), run) for run, c in zip(group.runs, group.curves, strict=True)]
+
+
+def overlapping(groups: list[Group], unit: str) -> list[Group]:
+    """The groups whose seeds share an x range; each other group is left out with a printed note (its
+    seeds have no mean); if none is left, that note is the error."""
+    kept, notes = [], []
+    for group in groups:
+        start, end = results.shared_range(group.curves)
+        if start <= end:
+            kept.append(group)
+            continue
+        _, end, first = min(_ends(group), key=lambda e: e[1])
+        start, _, last = max(_ends(group), key=lambda e: e[0])
+        notes.append(f"{group.algo} on {group.env_id}: its seeds share no {unit} range ({first.name} ends at "
+                     f"{_x(end)}, {last.name} starts at {_x(start)}), so they have no mean")  # fmt: skip
+    if not kept:
+        raise ResultsError(notes[0] + (f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""))
+    for note in notes:
+        print(f"Left out {note}")
+    return kept
+
+
+def set_horizons(groups: list[Group], unit: str) -> list[str]:
+    """Set each group's horizon, one per env: where the env's shortest run ends. Returns one line per env
+    whose runs end at different x (compared at the horizon) or share no range (then each algorithm is
+    taken at its own end, and the line says so)."""
+    notes = []
+    for env in sorted({group.env_id for group in groups}):
+        panel = [group for group in groups if group.env_id == env]
+        ends = [(end, run) for group in panel for _, end, run in _ends(group)]
+        horizon, shortest = min(ends, key=lambda e: e[0])
+        late = [group for group in panel if results.shared_range(group.curves)[0] > horizon]
+        for group in panel:
+            group.horizon = results.shared_range(group.curves)[1] if late else horizon
+        if late:
+            start = results.shared_range(late[0].curves)[0]
+            notes.append(f"No shared range on {env}: {late[0].algo} starts at {_x(start)} {unit}, after "
+                         f"{shortest.name} ends at {_x(horizon)}; each algorithm is taken at its own end, "
+                         f"not compared")  # fmt: skip
+            continue
+        longest, last = max(ends, key=lambda e: e[0])
+        if longest > horizon:
+            notes.append(f"Unequal lengths on {env}: the runs end between {_x(horizon)} {unit} "
+                         f"({shortest.name}) and {_x(longest)} ({last.name}); the figure and the table stop "
+                         f"at {_x(horizon)}")  # fmt: skip
+    return notes
+
+
 def score_rows(groups: list[Group], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Per (algo, env): seeds, final timesteps (smallest over seeds), and the final task error and reward
-    (mean and standard error over seeds of the mean of each seed's last ``window`` points; None where
-    the env defines no task error)."""
+    """Per (algo, env): seeds, the horizon, and the task error and reward there (mean and standard error
+    over seeds of each seed's smoothed curve at the horizon, as the figure draws it; None where the runs
+    record no task error)."""
     rows = []
     for group in groups:
-        row: dict[str, Any] = {"algo": group.algo, "env": group.env_id, "seeds": len(group.runs)}
-        ends = [results.series(run, "timesteps", "reward", args.source, args.max_timesteps)[0][-1]
-                for run in group.runs]  # fmt: skip
-        row["timesteps"] = int(min(ends))
+        row: dict[str, Any] = {"algo": group.algo, "env": group.env_id, "seeds": len(group.runs),
+                               "horizon": group.horizon}  # fmt: skip
         for y_axis in ("task_error", "reward"):
             try:
-                finals = [results.final_value(results.series(run, args.x_axis if args.source == "monitor"
-                                                             else "timesteps", y_axis, args.source,
-                                                             args.max_timesteps)[1], args.window)
-                          for run in group.runs]  # fmt: skip
+                curves = group.curves if y_axis == args.y_axis else [
+                    results.smooth(*results.series(run, args.x_axis, y_axis, args.source, args.max_timesteps),
+                                   args.window) for run in group.runs]  # fmt: skip
             except ResultsError:
                 row[y_axis] = None
                 continue
-            mean, se = results.seed_mean_se(finals)
-            row[y_axis] = (float(mean), float(se))
+            row[y_axis] = results.value_at(curves, group.horizon)
         rows.append(row)
     return rows
 
@@ -139,19 +195,22 @@ def _cell(value: tuple[float, float] | None, digits: int) -> str:
     return f"{mean:.{digits}f}" if np.isnan(se) else f"{mean:.{digits}f} ± {se:.{digits}f}"
 
 
-def score_table(rows: list[dict[str, Any]], window: int, unit: str) -> str:
-    """The markdown table of :func:`score_rows`; ``unit`` names the points averaged (episodes, ...)."""
+def score_table(rows: list[dict[str, Any]], window: int, unit: str, x_axis: str, notes: list[str]) -> str:
+    """The markdown table of :func:`score_rows`, its definition and the ``notes`` of :func:`set_horizons`;
+    ``unit`` names the points averaged (episodes, ...), ``x_axis`` the horizon's."""
     lines = [
-        "| algo | env | seeds | timesteps | final task error | final reward |",
+        f"| algo | env | seeds | horizon ({x_axis}) | task error | reward |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for row in rows:
-        lines.append(f"| {row['algo']} | {row['env']} | {row['seeds']} | {row['timesteps']} | "
+        lines.append(f"| {row['algo']} | {row['env']} | {row['seeds']} | {_x(row['horizon'])} | "
                      f"{_cell(row['task_error'], 4)} | {_cell(row['reward'], 2)} |")  # fmt: skip
+    smoothing = f"the mean of its last {window} {unit}" if window > 1 else "unsmoothed"
     lines.append("")
-    lines.append(f"Final: the mean of each seed's last {window} {unit}; mean ± one standard error over seeds "
-                 "(no ± for one seed); timesteps: where the shortest seed's data end.")
-    return "\n".join(lines)
+    lines.append(f"At the horizon, where the env's shortest run ends (the right edge of its panel): each "
+                 f"seed's curve there ({smoothing}), then mean ± one standard error over seeds (no ± for one "
+                 f"seed).")  # fmt: skip
+    return "\n".join(lines + notes)
 
 
 def plot(groups: list[Group], args: argparse.Namespace) -> Any:
@@ -176,7 +235,7 @@ def plot(groups: list[Group], args: argparse.Namespace) -> Any:
         positive = [c.y[c.y > 0].min() for g in plotted for c in g.curves if (c.y > 0).any()]
         floor = 0.5 * min(positive) if positive else 1e-3
         for group in plotted:
-            x, mean, se = results.aggregate(group.curves)
+            x, mean, se = results.aggregate(group.curves, stop=group.horizon)
             low, high = mean - np.nan_to_num(se), mean + np.nan_to_num(se)
             if log:
                 mean, low, high = (np.maximum(v, floor) for v in (mean, low, high))
@@ -202,7 +261,8 @@ def plot(groups: list[Group], args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Plot the runs chosen by ``argv``; print the table and where the PNG went; return both."""
+    """Plot the runs chosen by ``argv``; print the table (with the horizon notes) and where the PNG went;
+    return them."""
     args = build_parser().parse_args(argv)
     import matplotlib
 
@@ -211,14 +271,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.window is None:
         args.window = default_window(args.x_axis, args.source)
     groups = group_runs(results.find_runs(args.log_folder, args.algos, args.envs))
-    groups = load_curves(groups, args)
+    groups = overlapping(load_curves(groups, args), args.x_axis)
+    notes = set_horizons(groups, args.x_axis)
     fig = plot(groups, args)
     output = args.output or os.path.join(args.log_folder, "plots", f"{args.y_axis}-{args.x_axis}.png")
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     fig.savefig(output, dpi=120)
     rows = score_rows(groups, args)
     unit = "evaluations" if args.source == "eval" else "updates" if args.x_axis == "updates" else "episodes"
-    table = score_table(rows, args.window, unit)
+    table = score_table(rows, args.window, unit, args.x_axis, notes)
     print(table)
     print(f"Figure: {output}")
     if args.table:
@@ -233,7 +294,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         import matplotlib.pyplot as plt
 
         plt.close(fig)
-    return {"figure": output, "table": table, "rows": rows}
+    return {"figure": output, "table": table, "rows": rows, "notes": notes}
 
 
 if __name__ == "__main__":

@@ -292,12 +292,13 @@ def run_folder(log_folder: str, algo: str, env_name: str, unique: bool = False) 
     return os.path.join(log_path, f"{env_name}_{get_latest_run_id(log_path, env_name) + 1}{suffix}")
 
 
-def write_run_files(setup: RunSetup, argv: list[str]) -> None:
-    """Write ``config.yml``, ``args.yml`` and ``command.txt`` into ``<run>/<Env>/``."""
+def write_run_files(setup: RunSetup, argv: list[str], model: Any) -> None:
+    """Write ``config.yml``, ``args.yml`` (with :func:`resume_args` of ``model``) and ``command.txt`` into
+    ``<run>/<Env>/``."""
     params_path = os.path.join(setup.save_path, setup.env_name)
     os.makedirs(params_path, exist_ok=True)
     hp.write_yaml(os.path.join(params_path, "config.yml"), setup.values)
-    hp.write_yaml(os.path.join(params_path, "args.yml"), run_args(setup))
+    hp.write_yaml(os.path.join(params_path, "args.yml"), {**run_args(setup), **resume_args(setup, model)})
     with open(os.path.join(params_path, "command.txt"), "w") as f:
         f.write(shlex.join(["train.py", *argv]) + "\n")
 
@@ -309,6 +310,16 @@ def run_args(setup: RunSetup) -> dict[str, Any]:
         **vars(setup.args), "algo": setup.algo, "env": setup.env_id, "n_timesteps": setup.n_timesteps,
         "env_kwargs": setup.env_kwargs, "eval_env_kwargs": setup.eval_env_kwargs,
     }  # fmt: skip
+
+
+def resume_args(setup: RunSetup, model: Any) -> dict[str, Any]:
+    """Where a ``--trained-agent`` run resumed from, for ``args.yml``: ``resumed_from``, the absolute
+    folder of the zip (its run folder), and ``resumed_at``, the step count ``model`` was loaded with
+    (None for a new run). The plots continue that run's seed from this step."""
+    if not setup.args.trained_agent:
+        return {"resumed_from": None, "resumed_at": None}
+    folder = os.path.dirname(os.path.abspath(model_zip_path(setup.args.trained_agent)))
+    return {"resumed_from": folder, "resumed_at": int(model.num_timesteps)}
 
 
 def env_options(setup: RunSetup) -> dict[str, Any]:
@@ -588,7 +599,7 @@ def train_run(setup: RunSetup, argv: list[str]) -> TrainResult:
     try:
         with new_run_folder(setup.save_path):  # a failed start removes it again (and frees its number)
             parts = assemble(setup, stats, model)
-            write_run_files(setup, argv)
+            write_run_files(setup, argv, parts.model)
             learn_kwargs = parts.learn_kwargs(setup.n_timesteps, build_callbacks(setup, parts.eval_env))
             learn_kwargs.update(tb_log_name=setup.algo.upper(), reset_num_timesteps=not args.trained_agent)
             table = set_up_logger(setup, parts.model, learn_kwargs)

@@ -643,8 +643,8 @@ def masked_group_diagnostics(
     log_p = masked_log_softmax(old_logscores, valid)
     entropy = -(log_p.exp() * log_p * valid).sum(-1)
     big = torch.finfo(old_logscores.dtype).max
-    spread = (old_logscores.masked_fill(~valid, -big).max(-1).values
-              - old_logscores.masked_fill(~valid, big).min(-1).values)
+    spread = (old_logscores.masked_fill(~valid, -big).max(-1).values  # -inf where no row is valid
+              - old_logscores.masked_fill(~valid, big).min(-1).values).masked_fill(~usable, 0.0)
     gap = ((masked_log_softmax(logscores, valid).exp() - target).abs() * valid).sum(-1)
     gap = gap / valid.sum(-1).clamp(min=1)
     return {

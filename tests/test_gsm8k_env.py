@@ -1,6 +1,7 @@
 """TPO/GSM8K-v0 (tpo_gym/envs/gsm8k.py) on tiny files written here: reading a local file (JSON lines, JSON,
 parquet) or the Hugging Face cache's layout, never the network; the one-line error naming both sources;
-the splits; exact match of the final number."""
+the splits; exact match of the final number, read as verl reads it (``#### N``, strict or flexible) or from
+``<answer>`` tags, in the env, the TRL reward and the verl reward."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 import tpo_gym
 from tpo_gym.envs import gsm8k
+from tpo_gym.envs.text import FORMAT_INSTRUCTION
 
 ROWS = [
     {"question": "Ann has 3 apples and buys 4 more. How many apples?", "answer": "3 + 4 = 7\n#### 7"},
@@ -53,7 +55,7 @@ def test_exact_match_of_the_final_number():
 
 def test_env_reads_a_local_file_and_scores_tagged_answers(data_file):
     assert "TPO/GSM8K-v0" in tpo_gym.TEXT_ENV_IDS
-    env = gym.make("TPO/GSM8K-v0", data_file=data_file, size=3, eval_size=1)
+    env = gym.make("TPO/GSM8K-v0", data_file=data_file, size=3, eval_size=1, answer_format="tag")
     prompt, info = env.reset(options={"context": 1})
     assert prompt.startswith(ROWS[1]["question"]) and "<answer></answer>" in prompt
     _, reward, terminated, _, info = env.step("1200 + 34 = 1234. <answer>1,234</answer>")
@@ -67,7 +69,7 @@ def test_env_reads_a_local_file_and_scores_tagged_answers(data_file):
 
 
 def test_vector_env_and_batched_scoring(data_file):
-    envs = gym.make_vec("TPO/GSM8K-v0", num_envs=4, data_file=data_file, eval_size=0)
+    envs = gym.make_vec("TPO/GSM8K-v0", num_envs=4, data_file=data_file, eval_size=0, answer_format="tag")
     obs, _ = envs.reset(options={"contexts": np.array([0, 1, 2, 3])})
     completions = [f"<answer>{answer}</answer>" for answer in ("7", "1234", "2.50", "3")]
     _, rewards, *_ = envs.step(completions)
@@ -141,7 +143,7 @@ def test_bad_rows_and_extensions(tmp_path):
 def test_verl_rows_and_trl_reward_score_gsm8k(data_file):
     from agents.integrations import verl as tv
 
-    kwargs = {"data_file": data_file, "size": 3, "eval_size": 1}
+    kwargs = {"data_file": data_file, "size": 3, "eval_size": 1, "answer_format": "tag"}
     rows = tv.dataset_rows("TPO/GSM8K-v0", kwargs)
     assert len(rows["train"]) == 3 and len(rows["test"]) == 1
     row = rows["train"][1]
@@ -153,3 +155,75 @@ def test_verl_rows_and_trl_reward_score_gsm8k(data_file):
 
     reward = text_env_reward("TPO/GSM8K-v0", **kwargs)
     assert reward(["<answer>7</answer>", "<answer>8</answer>"], context=[0, 0]) == [1.0, 0.0]
+
+
+VERL_ANSWERS = ["#### 18", "so 9 * 2 = 18\n#### 18", "\\boxed{18}", "The answer is 18.", "The answer is 18",
+                "<answer>18</answer>", "#### 1,8", "####18", "#### 17\nno, 18", "#### 18.0", "18 or 17"]
+#: (strict, flexible, tag) score of each answer above for the gold number 18.
+VERL_SCORES = [(1, 1, 0), (1, 1, 0), (0, 1, 0), (0, 1, 0), (0, 1, 0),
+               (0, 1, 1), (1, 1, 0), (0, 1, 0), (0, 1, 0), (1, 1, 0), (0, 0, 0)]
+
+
+@pytest.mark.parametrize(("completion", "scores"), list(zip(VERL_ANSWERS, VERL_SCORES, strict=True)))
+def test_answers_are_read_as_verl_reads_them(tmp_path, completion, scores):
+    """strict: the number after the last "#### " (verl's pattern); flexible: the last number; tag: the
+    <answer> tags. Numbers compare as decimals with commas removed."""
+    path = write_jsonl(tmp_path / "one.jsonl", [{"question": "Twice 9?", "answer": "9 * 2\n#### 18"}])
+    for answer_format, expected in zip(gsm8k.ANSWER_FORMATS, scores, strict=True):
+        env = gym.make("TPO/GSM8K-v0", data_file=path, answer_format=answer_format)
+        env.reset(options={"context": 0})
+        _, reward, _, _, info = env.step(completion)
+        assert reward == expected, answer_format
+        assert info["format_ok"] == (info["answer"] is not None)
+
+
+def test_the_default_is_verls_strict_format_and_prompt(data_file):
+    env = gym.make("TPO/GSM8K-v0", data_file=data_file, eval_size=0).unwrapped
+    assert env.task.dataset.answer_format == "strict"
+    prompt, _ = env.reset(options={"context": 0})
+    verl_instruction = " Let's think step by step and output the final answer after \"####\"."
+    assert prompt == ROWS[0]["question"] + verl_instruction
+    _, reward, _, _, info = env.step("3 + 4 = 7\n#### 7")
+    assert reward == 1.0 and info["answer"] == "7" and info["format_ok"]
+    env.reset(options={"context": 0})
+    _, reward, _, _, info = env.step("The answer is 7")  # strict: no "#### N", the format was not followed
+    assert reward == 0.0 and info["answer"] is None and not info["format_ok"]
+    flexible = gym.make("TPO/GSM8K-v0", data_file=data_file, eval_size=0, answer_format="flexible").unwrapped
+    assert flexible.task.prompt(0) == prompt
+    assert gym.make("TPO/GSM8K-v0", data_file=data_file, answer_format="tag").unwrapped.task.prompt(0) == (
+        ROWS[0]["question"] + FORMAT_INSTRUCTION)
+
+
+def test_read_answer_by_hand():
+    assert gsm8k.read_answer("#### 5 then #### -6") == "-6"
+    assert gsm8k.read_answer("####6") is None
+    assert gsm8k.read_answer("\\boxed{1,234}.", "flexible") == "1,234"
+    assert gsm8k.read_answer("no number", "flexible") is None
+    with pytest.raises(ValueError, match="answer_format='tag': read_answer reads 'strict' or 'flexible'"):
+        gsm8k.read_answer("x", "tag")
+
+
+def test_an_unknown_answer_format_is_one_line(data_file):
+    message = "^unknown answer_format 'boxed'; allowed values: strict, flexible, tag$"
+    with pytest.raises(ValueError, match=message):
+        gym.make("TPO/GSM8K-v0", data_file=data_file, answer_format="boxed")
+
+
+def test_trl_and_verl_rewards_score_verls_format_by_default(data_file):
+    from agents.integrations import verl as tv
+
+    kwargs = {"data_file": data_file, "size": 3, "eval_size": 1}
+    row = tv.dataset_rows("TPO/GSM8K-v0", kwargs)["train"][0]
+    assert row["prompt"][-1]["content"].endswith('final answer after "####".')
+    for completion, expected in (("4 = 7\n#### 7", 1.0), ("\\boxed{7}", 0.0), ("<answer>7</answer>", 0.0)):
+        assert tv.compute_score(row["data_source"], completion, "7", row["extra_info"])["score"] == expected
+    flexible = tv.dataset_rows("TPO/GSM8K-v0", {**kwargs, "answer_format": "flexible"})["train"][0]
+    score = tv.compute_score(flexible["data_source"], "\\boxed{7}", "7", flexible["extra_info"])
+    assert score["score"] == 1.0
+    pytest.importorskip("trl")
+    from agents.integrations.trl import text_env_reward
+
+    reward = text_env_reward("TPO/GSM8K-v0", **kwargs)
+    assert reward(["#### 7", "The answer is 7", "<answer>7</answer>"], context=[0, 0, 0]) == [1.0, 0.0, 0.0]
+    flexible_reward = text_env_reward("TPO/GSM8K-v0", answer_format="flexible", **kwargs)
+    assert flexible_reward(["#### 7", "The answer is 7", "\\boxed{8}"], context=[0, 0, 0]) == [1.0, 1.0, 0.0]

@@ -12,7 +12,8 @@ Importing the package registers these ids (namespace ``TPO``), each with a singl
   ``TPO/GraphColor-v0``, ``TPO/KnightsKnaves-v0``, ``TPO/GSMSymbolic-v0``; kwargs ``split``,
   ``size``, ``eval_size``, ``seed``, ``reward``, ``max_prompt_chars``, ``max_completion_chars``,
   and the dataset's own config keys; ``TPO/GSM8K-v0`` (GSM8K read from ``data_file=`` or the Hugging
-  Face cache, never downloaded; scored by the exact final number). Their ids are in ``TEXT_ENV_IDS``,
+  Face cache, never downloaded; scored as verl's GSM8K reward: ``#### N``, kwarg ``answer_format``
+  ``"strict"``, ``"flexible"`` or ``"tag"``). Their ids are in ``TEXT_ENV_IDS``,
   not ``ENV_IDS``
   (whose envs have numpy observations and discrete actions).
 

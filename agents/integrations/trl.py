@@ -36,15 +36,17 @@ the whole accumulation window (``num_items_in_batch``), whatever the micro-batch
 ``temperature`` (logits / T), the rule of our own loop too. Multimodal inputs (``pixel_values``,
 ``image_grid_thw``, ...) reach the model, and a Mixture-of-Experts router loss is added as GRPO adds it.
 
-Settings of ``GRPOConfig`` that TPO does not use (``loss_type``, ``epsilon``, ``scale_rewards``,
-``importance_sampling_level``, ...) are ignored; settings that would silently change the update
-(Liger loss, entropy masks and bonuses, off-policy masks, normalize-then-sum aggregation) are refused.
+**Settings.** ``TargetPOConfig`` refuses, when it is built, a non-default value of every ``GRPOConfig``
+setting that only GRPO's loss or advantages read (:data:`GRPO_LOSS_SETTINGS`: ``loss_type``, ``epsilon``,
+``scale_rewards``, ``importance_sampling_level``, ...) and of those that would change the update silently
+(:data:`REFUSED_SETTINGS`: Liger loss, entropy masks and bonuses, off-policy masks, normalize-then-sum
+aggregation). Saved ``*.safetensors`` files get the mode of the other saved files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import gymnasium as gym
@@ -55,13 +57,16 @@ from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, uns
 
 from agents import checks, losses
 from agents.policies.generation import completion_lengths, pad_rows
-from agents.policies.llm import format_prompt
+from agents.policies.llm import format_prompt, share_saved_weights
 from tpo_gym.envs.text import ReasoningGymTask, TextEnv
 
 __all__ = [
+    "GRPO_LOSS_SETTINGS",
+    "REFUSED_SETTINGS",
     "TargetPOConfig",
     "TargetPOTrainer",
     "check_config",
+    "check_settings",
     "shuffle_groups",
     "target_po_loss",
     "text_env_dataset",
@@ -73,6 +78,15 @@ LOGSCORES = ("sum", "mean")
 #: Model inputs besides the ids that TRL's batches may carry (vision-language models), forwarded to the model.
 MODEL_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
                 "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+#: ``GRPOConfig`` settings read only by GRPO's loss and advantages (TPO's update reads none of them).
+GRPO_LOSS_SETTINGS = ("loss_type", "epsilon", "epsilon_high", "delta", "importance_sampling_level",
+                      "scale_rewards", "sapo_temperature_neg", "sapo_temperature_pos", "vespo_k_pos",
+                      "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "entropy_coef_min",
+                      "entropy_coef_max", "entropy_coef_delta", "entropy_target")
+#: ``GRPOConfig`` settings that would change TPO's update silently.
+REFUSED_SETTINGS = ("use_liger_kernel", "top_entropy_quantile", "off_policy_mask_threshold", "entropy_coef",
+                    "use_adaptive_entropy", "multi_objective_aggregation")
+_GRPO_DEFAULTS = {item.name: item.default for item in fields(GRPOConfig)}
 
 
 @dataclass
@@ -100,6 +114,21 @@ class TargetPOConfig(GRPOConfig):
         if self.stop is not None and (not isinstance(self.stop, str) or not self.stop):
             raise ValueError(f"stop={self.stop!r}: must be a non-empty string or None")
         super().__post_init__()
+        check_settings(self)
+
+
+def check_settings(args: GRPOConfig) -> None:
+    """Raise a one-line ``ValueError`` for a non-default value of a setting TPO's update does not read
+    (:data:`GRPO_LOSS_SETTINGS`) or that would change it silently (:data:`REFUSED_SETTINGS`)."""
+    for name in GRPO_LOSS_SETTINGS:
+        value, default = getattr(args, name), _GRPO_DEFAULTS[name]
+        if value != default:
+            raise ValueError(f"{name}={value!r}: only GRPO's loss and advantages read it, not "
+                             f"TargetPOTrainer's TPO update (allowed: the default {default!r})")
+    for name in REFUSED_SETTINGS:
+        value, default = getattr(args, name), _GRPO_DEFAULTS[name]
+        if value != default:
+            raise ValueError(f"{name}={value!r} is not supported by TargetPOTrainer (allowed: {default!r})")
 
 
 def check_config(args: GRPOConfig) -> None:
@@ -122,20 +151,10 @@ def check_config(args: GRPOConfig) -> None:
             f"per_device_eval_batch_size={evaluation} must be a multiple of num_generations_eval={k_eval} "
             f"or divide it when evaluating"
         )
-    refused = {
-        "use_liger_kernel": (args.use_liger_kernel, False),
-        "top_entropy_quantile": (args.top_entropy_quantile, 1.0),
-        "off_policy_mask_threshold": (args.off_policy_mask_threshold, None),
-        "entropy_coef": (args.entropy_coef, 0.0),
-        "use_adaptive_entropy": (args.use_adaptive_entropy, False),
-        "multi_objective_aggregation": (args.multi_objective_aggregation, "sum_then_normalize"),
-    }
     if args.stop is not None and args.mask_truncated_completions:
         raise ValueError(f"stop={args.stop!r} with mask_truncated_completions=True: a completion cut at its "
                          f"stop has no EOS, which TRL counts as truncated; set one of them")
-    for name, (value, allowed) in refused.items():
-        if value != allowed:
-            raise ValueError(f"{name}={value!r} is not supported by TargetPOTrainer (allowed: {allowed!r})")
+    check_settings(args)  # again: a setting may have changed since the config was built
 
 
 def target_po_loss(
@@ -162,8 +181,8 @@ def target_po_loss(
 
     (bias-corrected with ``bias_correction_kl``); ``kl_tokens`` (default: this call's masked tokens) is the
     token count the KL is a mean over, so that summing the calls of one batch gives one batch-wide mean.
-    Returns ``(loss, stats)``: the diagnostics of :func:`~agents.losses.completion_tpo_loss` and, with
-    ``beta > 0``, the KL per token of these rows (``kl``).
+    Returns ``(loss, stats)``: the diagnostics of :func:`~agents.losses.completion_tpo_loss` (finite when a
+    group has no valid row), and, with ``beta > 0``, the KL per token of these rows (``kl``).
     """
     n = per_token_logps.shape[0]
     if n % group_size or scores.shape != (n,):
@@ -234,6 +253,13 @@ class TargetPOTrainer(GRPOTrainer):
         check_config(args)
         self._gathered_rewards: torch.Tensor | None = None
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """``Trainer.save_model`` (the final model and every checkpoint), then the saved ``*.safetensors``
+        files get the mode of the other saved files (safetensors writes them 0600)."""
+        super().save_model(output_dir, _internal_call)
+        if self.args.should_save:
+            share_saved_weights(output_dir or self.args.output_dir)
 
     def _group_size(self) -> int:
         return self.num_generations if self.model.training else self.num_generations_eval

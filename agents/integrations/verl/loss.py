@@ -173,7 +173,8 @@ def compute_tpo_policy_loss(
     no gradient. ``loss_agg_mode`` is ignored (the loss is per group, not per token). Metrics (means over
     the micro-batch): ``actor/tpo_effective_group_size``, ``actor/tpo_logscore_spread``,
     ``actor/tpo_target_gap``, ``actor/tpo_zero_variance_frac``, ``actor/tpo_dropped_rows``,
-    ``actor/ppo_kl`` (mean of log pi_old - log pi_theta over response tokens) and ``actor/tpo_eta``.
+    ``actor/ppo_kl`` (mean of log pi_old - log pi_theta over response tokens) and ``actor/tpo_eta``; each
+    finite when a group has no response tokens at all.
     """
     if config is None:
         raise ValueError("the tpo loss needs verl's actor config (config=None): it reads rollout_n and "

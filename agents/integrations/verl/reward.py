@@ -41,10 +41,11 @@ def compute_score(
 
     Rebuilds the reasoning-gym item from ``extra_info`` (``env_kwargs``, ``split``, ``index``, written
     by :func:`export_dataset`) and returns :func:`tpo_gym.envs.text.score_completion`'s score: the
-    dataset's own ``score_answer`` on the last ``<answer>...</answer>`` (0 without one), or 1/0 as
-    that is >= 0.99 with ``reward="binary"`` (``reward`` overrides the exported mode; verl passes it
-    from ``reward.custom_reward_function.reward_kwargs``). Returns ``{"score", "format_ok",
-    "is_success"}`` (verl logs the extra keys). Other keywords verl may pass are ignored. Raises a
+    dataset's own ``score_answer`` on the answer its format reads (the last ``<answer>...</answer>``;
+    GSM8K: ``#### N`` by default; 0 without one), or 1/0 as that is >= 0.99 with ``reward="binary"``
+    (``reward`` overrides the exported mode; verl passes it from
+    ``reward.custom_reward_function.reward_kwargs``). Returns ``{"score", "format_ok", "is_success"}``
+    (verl logs the extra keys). Other keywords verl may pass are ignored. Raises a
     one-line ``ValueError`` for a row that was not exported by this module or whose ground truth
     does not match the rebuilt item.
     """

@@ -25,7 +25,8 @@ from agents.engine import fused_collector, wants_rollout_metrics, wants_train_di
 
 __all__ = ["EnvLike", "GroupAlgorithm", "env_id_and_kwargs", "model_zip_path"]
 
-#: Diagnostics logged from the last epoch (they are trivially 0 at the first, where pi = pi_old).
+#: Diagnostics logged from the last epoch when there are several (0 by construction at the first, where
+#: pi = pi_old: not logged for one-epoch updates).
 LAST_EPOCH_STATS = ("clip_fraction",)
 
 
@@ -130,8 +131,8 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         A batch in which no group carries signal (:meth:`~agents.modes.CollectionMode.has_signal`) is
         counted (``train/batches_without_signal``) and, with ``skip_batches_without_signal``, not trained
         on. ``diagnostics=False`` skips the ``train/`` diagnostics (the loss's stats, the gradient norm, the
-        KL to pi_old), which change no parameter: the learn loop of a fused collector computes them for
-        logged updates only.
+        KL to pi_old after the update), which change no parameter: the learn loop of a fused collector
+        computes them for logged updates only.
         """
         if not self.mode.has_signal(batch, self._view):
             self.batches_without_signal += 1
@@ -145,34 +146,50 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         self.diagnostics = diagnostics
         start = time.perf_counter()
         for epoch in range(self.n_epochs):
-            last = epoch == self.n_epochs - 1
             self.policy.optimizer.zero_grad()
-            stats, loss, kl = self._accumulate_gradients(batch, last and diagnostics)
+            stats, loss = self._accumulate_gradients(batch)
             if epoch == 0:
                 if diagnostics:
                     stats["grad_norm"] = _global_grad_norm(self.policy.parameters(), self.n_seeds)
                 first_stats = stats
             self.policy.optimizer.step()
+        seconds = max(time.perf_counter() - start, 1e-9)  # the epochs' forwards, backwards and steps
+        if diagnostics:
+            self._record_diagnostics(batch, first_stats, stats)
         self.mode.after_update(self.policy)
         self.mode.log_update(self.logger, batch)
         self._n_updates += self.n_epochs
-        if diagnostics:
-            first_stats.update({key: stats[key] for key in LAST_EPOCH_STATS if key in stats})
-            first_stats["approx_kl"] = kl
-            for key, value in first_stats.items():
-                self.logger.record(f"train/{key}", float(value))
         self.logger.record("train/loss", loss)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         tokens = self.mode.train_tokens(batch)
         if tokens is not None:
-            seconds = max(time.perf_counter() - start, 1e-9)
             self.logger.record("time/train_tokens_per_s", self.n_epochs * tokens / seconds)
 
-    def _accumulate_gradients(self, batch: Any, last_epoch: bool) -> tuple[dict[str, float], float, float]:
-        """Backward of the loss over the batch's parts; returns (stats, loss, KL to pi_old), weighted."""
+    def _record_diagnostics(self, batch: Any, first_stats: dict[str, float],
+                            last_stats: dict[str, float]) -> None:
+        """Record the ``train/`` diagnostics of an update: the first epoch's stats, :data:`LAST_EPOCH_STATS`
+        from the last epoch when there are several, and ``approx_kl`` (:meth:`kl_after_update`)."""
+        stats = {key: value for key, value in first_stats.items() if key not in LAST_EPOCH_STATS}
+        if self.n_epochs > 1:
+            stats.update({key: last_stats[key] for key in LAST_EPOCH_STATS if key in last_stats})
+        stats["approx_kl"] = self.kl_after_update(batch)
+        for key, value in stats.items():
+            self.logger.record(f"train/{key}", float(value))
+
+    @th.no_grad()
+    def kl_after_update(self, batch: Any) -> float:
+        """KL(pi_old || pi_theta) at the parameters after the update's last optimizer step, the mode's
+        estimate (:meth:`~agents.modes.CollectionMode.approx_kl`) weighted over the batch's parts:
+        sum_parts w_part KL_part, from one forward without gradient. Unlike a KL taken during the epochs,
+        it moves with a single epoch (at the first epoch's forward pi_theta = pi_old and the KL is 0)."""
+        return sum(weight * float(self.mode.approx_kl(part, self.mode.log_probs(self.policy, part)))
+                   for part, weight in self.mode.parts(batch))
+
+    def _accumulate_gradients(self, batch: Any) -> tuple[dict[str, float], float]:
+        """Backward of the loss over the batch's parts; returns (stats, loss), weighted by their shares."""
         loss_fn = getattr(self, f"{self._view}_loss")
         stats: dict[str, float] = {}
-        total_loss = total_kl = 0.0
+        total_loss = 0.0
         for part, weight in self.mode.parts(batch):
             log_probs = self.mode.log_probs(self.policy, part)
             loss, part_stats = loss_fn(self.mode.view(self._view, part, log_probs))
@@ -184,9 +201,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
             total_loss += weight * float(loss.detach())
             for key, value in part_stats.items():
                 stats[key] = stats.get(key, 0.0) + weight * float(value)
-            if last_epoch:
-                total_kl += weight * float(self.mode.approx_kl(part, log_probs.detach()))
-        return stats, total_loss, total_kl
+        return stats, total_loss
 
     # -------------------------------------------------------------------------- algorithm hooks
     # A subclass defines one or more of:
@@ -194,12 +209,12 @@ class GroupAlgorithm(GroupBaseAlgorithm):
     #   sample_loss(view: SampleView) -> (loss, stats)
     #   exact_loss(view: ExactView)   -> (loss, stats)
     # ``stats`` (tensors or floats) are logged under ``train/`` from the first epoch, except
-    # LAST_EPOCH_STATS (measured, like ``approx_kl``, at the start of the last epoch).
+    # LAST_EPOCH_STATS (measured at the start of the last epoch; not logged with one epoch).
 
     # ------------------------------------------------------------------------------- logging
     def _dump_logs(self, iteration: int) -> None:
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
-        fps = int((self.num_timesteps - self._num_timesteps_at_start) / elapsed)
+        fps = (self.num_timesteps - self._num_timesteps_at_start) / elapsed  # not SB3's int: LLMs run < 1/s
         self.logger.record("time/iterations", iteration, exclude="tensorboard")
         self.logger.record("time/fps", fps)
         self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")

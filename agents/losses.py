@@ -512,12 +512,6 @@ def effective_group_size(logscores: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def logscore_spread(logscores: torch.Tensor) -> torch.Tensor:
-    """max_K L - min_K L per group ``[..., K]``, averaged over groups (nats)."""
-    return (logscores.max(-1).values - logscores.min(-1).values).mean()
-
-
-@torch.no_grad()
 def group_diagnostics(scores: torch.Tensor) -> dict[str, torch.Tensor]:
     """Fractions of the groups ``[..., K]`` where every candidate failed (no score > 0) and where the
     scores carry no signal (popstd_K s <= 1e-6), the all-fail and zero-variance diagnostics.

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
-from stable_baselines3.common.logger import configure
+from stable_baselines3.common.logger import KVWriter, Logger, configure
 
 import tpo_gym  # noqa: F401
 from agents import DG, GRPO, PG, PPO, TPO, GroupPG, losses
@@ -92,6 +92,42 @@ def test_same_seed_gives_the_same_losses():
 
     first = run()
     assert len(first) == 3 * 4 and first == run()
+
+
+class _Rows(KVWriter):
+    """Keeps every logger dump."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def write(self, key_values, key_excluded, step=0) -> None:
+        self.rows.append(dict(key_values))
+
+
+def _one_bandit_update(algo, n_epochs: int) -> tuple[th.Tensor, th.Tensor, dict]:
+    """One logged update on the ten-armed bandit: (log pi before, log pi after, the logged row)."""
+    model = algo("TabularPolicy", gym.make("TPO/KArmedBandit-v0", n_arms=10), learning_rate=0.1,
+                 batch_size=100, n_epochs=n_epochs, group_mode="single", baseline=0.5, seed=0)  # fmt: skip
+    rows = _Rows()
+    model.set_logger(Logger(None, [rows]))
+    before = model.policy.all_log_probs().detach().clone()
+    model.learn(n_iterations=1)
+    return before, model.policy.all_log_probs().detach(), rows.rows[-1]
+
+
+@pytest.mark.parametrize("algo", [TPO, GRPO])
+def test_one_epoch_logs_the_kl_after_the_step_and_no_clip_fraction(algo):
+    """approx_kl = sum_a pi_old(a) (log pi_old(a) - log pi_new(a)) at the parameters after the step (> 0
+    with one epoch); clip_fraction, 0 by construction at the first epoch, is logged with two epochs only;
+    time/fps is a float (SB3 logs an int, 0 for runs under one step per second)."""
+    old, new, row = _one_bandit_update(algo, n_epochs=1)
+    expected = float((old.exp() * (old - new)).sum())
+    assert expected > 1e-4 and row["train/approx_kl"] == pytest.approx(expected, rel=1e-5)
+    assert "train/clip_fraction" not in row
+    assert isinstance(row["time/fps"], float) and row["time/fps"] > 0
+    if algo is GRPO:  # at ratio 1 the surrogate is sum_i A_i = 0: its value is 0, its gradient is not
+        assert abs(row["train/loss"]) < 1e-6 and row["train/grad_norm"] > 1e-3
+        assert "train/clip_fraction" in _one_bandit_update(GRPO, n_epochs=2)[2]
 
 
 def test_terminal_reward_rejects_token_groups():

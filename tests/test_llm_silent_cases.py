@@ -178,7 +178,7 @@ def test_reference_kl_is_one_token_mean_whatever_the_micro_batch_size(tiny_llm_d
         batch = model.collect(callback)
         batch.scores.zero_()  # neutral groups: at theta = theta_old the TPO term has no gradient
         model.policy.optimizer.zero_grad()
-        stats, _, _ = model._accumulate_gradients(batch, last_epoch=True)
+        stats, _ = model._accumulate_gradients(batch)
         grads.append(torch.cat([p.grad.flatten() for p in model.policy.parameters() if p.grad is not None]))
         kls.append(stats["reference_kl"])
         lengths = batch.completions.completion_mask.sum(-1)

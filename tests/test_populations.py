@@ -149,7 +149,7 @@ def test_first_update_loss_and_gradient_are_each_members_own(case):
         callback.init_callback(model)
         batch = model.collect(callback)
         model.policy.optimizer.zero_grad()
-        _, loss, _ = model._accumulate_gradients(batch, True)
+        _, loss = model._accumulate_gradients(batch)
         return model, loss
 
     population, loss = first_batch(5, 2)

@@ -15,7 +15,7 @@ pytest.importorskip("reasoning_gym")
 
 from stable_baselines3.common.logger import KVWriter, Logger  # noqa: E402
 
-from agents import DG, GRPO, PG, TPO  # noqa: E402
+from agents import DG, GRPO, PG, TPO, losses  # noqa: E402
 from agents.modes.text import TextBatch  # noqa: E402
 from tests.llm_fixtures import build_tiny_llm  # noqa: E402
 
@@ -146,6 +146,44 @@ def test_one_tpo_update_raises_the_best_completion_of_a_group(model_dir):
     assert after > before
 
 
+@pytest.mark.parametrize("algo", [TPO, GRPO])
+def test_one_epoch_logs_the_kl_to_pi_old_after_the_step(model_dir, algo):
+    """With the LLM configs' single epoch, train/approx_kl is the k3 KL per token between pi_old and the
+    policy after the step (> 0); GRPO's clip fraction, 0 by construction at the first epoch, is not logged."""
+    model = make(algo, model_dir, learning_rate=3e-3)
+    batch = _collect(model)
+    batch.scores = th.zeros_like(batch.scores)
+    batch.scores[:, 0] = 1.0
+    model.train(batch)
+    logged = model.logger.name_to_value
+    rows = th.arange(len(batch.old_ready))
+    with th.no_grad():
+        after = model.policy.token_log_probs(batch.completions, rows)
+    expected = float(losses.k3_kl(after - batch.old_token_log_probs, batch.mask.float()))
+    assert expected > 1e-6 and logged["train/approx_kl"] == pytest.approx(expected, rel=1e-4)
+    assert "train/clip_fraction" not in logged
+
+
+def test_logscore_spread_leaves_out_rows_without_tokens(model_dir):
+    """A completion whose mask is empty has L_old = 0, above every real mean log-score: the spread and
+    the effective group size are those of each group's rows with tokens."""
+    model = make(TPO, model_dir)
+    batch = _collect(model)
+    model.train(batch)
+    batch.completions.completion_mask[0] = 0  # row 0 of group 0 emptied (mask_truncated_completions)
+    model.mode.log_update(model.logger, batch)
+    old = batch.old_logscores()
+    valid = batch.mask.bool().any(-1).reshape(old.shape)
+    spreads = [float(group[keep].max() - group[keep].min()) for group, keep in zip(old, valid, strict=True)]
+    assert old[0, 0] == 0.0 and old[0, 1:].max() < 0
+    logged = model.logger.name_to_value
+    assert logged["rollout/logscore_spread"] == pytest.approx(np.mean(spreads), rel=1e-5)
+    p_old = old[0, 1:].softmax(-1)
+    size_0 = float(th.exp(-(p_old * p_old.log()).sum()))
+    others = [float(th.exp(-(g.softmax(-1) * g.log_softmax(-1)).sum())) for g in old[1:]]
+    assert logged["rollout/effective_group_size"] == pytest.approx(np.mean([size_0, *others]), rel=1e-5)
+
+
 def test_micro_batches_accumulate_the_full_batch_gradient(model_dir):
     grads = []
     for micro in (16, 4):
@@ -153,7 +191,7 @@ def test_micro_batches_accumulate_the_full_batch_gradient(model_dir):
         batch = _collect(model)
         assert len(list(model.mode.parts(batch))) == 16 // micro
         model.policy.optimizer.zero_grad()
-        model._accumulate_gradients(batch, last_epoch=True)
+        model._accumulate_gradients(batch)
         grads.append(th.cat([p.grad.flatten() for p in model.policy.parameters() if p.grad is not None]))
     th.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
 

@@ -1,6 +1,7 @@
 """The vLLM backend's glue on a CPU, with a fake ``vllm`` module standing in for the engine (the real one
-needs a CUDA GPU): sampling parameters, prompts without padding, outputs into padded completions, and the
-weight sync after an update (LoRA merged, plain names, prefix cache dropped)."""
+needs a CUDA GPU): sampling parameters, prompts without padding, outputs into padded completions, the
+weight sync after an update (LoRA merged, plain names, prefix cache dropped), and pi_old: the trainer's
+forward, not the engine's log-probs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from gymnasium import spaces
 
 pytest.importorskip("transformers")
 torch.set_num_threads(1)
+
+
+#: The log-prob the fake engine reports for every sampled token (the sampler's, not the trainer's).
+ENGINE_LOG_PROB = -0.5
 
 
 class FakeEngine:
@@ -33,13 +38,19 @@ class FakeEngine:
 
     def generate(self, prompts: list[dict], sampling_params: Any, use_tqdm: bool) -> list[Any]:
         self.requests.append((prompts, sampling_params))
-        answer = types.SimpleNamespace
         return [
-            answer(
-                outputs=[answer(token_ids=[5 + i, 6, 7][: 1 + (i + j) % 3]) for j in range(sampling_params.n)]
-            )
+            types.SimpleNamespace(outputs=[self.sample([5 + i, 6, 7][: 1 + (i + j) % 3])
+                                           for j in range(sampling_params.n)])
             for i, _ in enumerate(prompts)
         ]
+
+    @staticmethod
+    def sample(token_ids: list[int]) -> Any:
+        """One output: its token ids and the sampler's log-prob of each, ENGINE_LOG_PROB (vLLM's
+        ``logprobs``: one ``{token id: Logprob}`` per token), which the loss must not read."""
+        logprobs = [{token: types.SimpleNamespace(logprob=ENGINE_LOG_PROB)} for token in token_ids]
+        return types.SimpleNamespace(token_ids=token_ids, logprobs=logprobs,
+                                     cumulative_logprob=ENGINE_LOG_PROB * len(token_ids))
 
     def reset_prefix_cache(self) -> None:
         self.resets += 1
@@ -106,3 +117,42 @@ def test_weight_sync_loads_plain_names_and_drops_the_cache(
     assert len(names) == len(set(names))
     after = dict(policy.model.named_parameters())
     assert all(torch.equal(before[name], after[name]) for name in before)  # unmerged again
+
+
+def test_pi_old_is_the_trainers_forward_not_the_engines_log_probs(tiny_llm_dir: str, fake_vllm) -> None:
+    """Text mode with the vLLM backend: the engine is asked for no log-probs, and the L_old of the loss's
+    group view is the trainer's teacher-forced forward of the engine's completions at theta_old (the first
+    epoch's), not the log-probs the engine reports for its samples."""
+    pytest.importorskip("reasoning_gym")
+    from stable_baselines3.common.logger import Logger
+
+    from agents import TPO
+    from agents.losses import completion_logscores
+
+    k = 4
+    model = TPO("LLMPolicy", "TPO/ReasoningGym-v0",
+                env_kwargs=dict(dataset="basic_arithmetic", size=8, eval_size=2, seed=1),
+                policy_kwargs=dict(model=tiny_llm_dir, backend="vllm", dtype="float32", max_new_tokens=3,
+                                   micro_batch_size=2 * k),
+                batch_size=2, group_size=k, n_epochs=1, group_mode="text", seed=0, device="cpu")  # fmt: skip
+    model.set_logger(Logger(None, []))
+    _, callback = model._setup_learn(10**6, None)
+    batch = model.collect(callback)
+    policy, loss, seen = model.policy, model.group_loss, []
+
+    def spy(view):
+        with torch.no_grad():  # the trainer's forward at theta_old: the optimizer has not stepped yet
+            forward = policy.token_log_probs(batch.completions, torch.arange(batch.scores.numel()))
+        mask = batch.mask.float()
+        engine = torch.full_like(forward, ENGINE_LOG_PROB)
+        seen.append((view.old_logscores.detach(), completion_logscores(forward, mask, k, policy.logscore),
+                     completion_logscores(engine, mask, k, policy.logscore)))
+        return loss(view)
+
+    model.group_loss = spy
+    model.train(batch)
+    params = fake_vllm.instances[-1].requests[-1][1]
+    assert getattr(params, "logprobs", None) is None
+    [(old, trainer, engine)] = seen
+    torch.testing.assert_close(old, trainer, rtol=0, atol=1e-6)
+    assert (old - engine).abs().min() > 1e-2

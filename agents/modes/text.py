@@ -77,7 +77,9 @@ class TextMode(CollectionMode):
     first epoch's forward of each part gives it (``log_probs`` stores its detached value), which is exact
     because the optimizer steps only after the first epoch has accumulated every part's gradient, so
     the weights of that forward are the weights that generated the batch. Training mode is on in that
-    forward (dropout, if the model has any, is part of pi_old, as in TRL's ``GRPOTrainer``).
+    forward (dropout, if the model has any, is part of pi_old, as in TRL's ``GRPOTrainer``). With the vLLM
+    backend too: pi_old is this trainer-side forward of the engine's completions; the engine's sampling
+    log-probs are neither requested nor read.
     """
 
     name = "text"
@@ -182,33 +184,35 @@ class TextMode(CollectionMode):
         )
 
     def approx_kl(self, part: TextPart, token_log_probs: th.Tensor) -> th.Tensor:
-        """k3 estimate of KL(pi_old || pi_theta) per completion token."""
-        old = part.batch.old_token_log_probs[part.rows]
-        return losses.k3_kl(token_log_probs - old, part.mask)
+        """k3 estimate of KL(pi_old || pi_theta) per completion token of the whole batch: the part's
+        terms exp(x) - x - 1, x = log pi_theta(y_t) - log pi_old(y_t), as a share of the batch's token
+        mean (:func:`_token_mean_share`)."""
+        terms = losses.k3(token_log_probs - part.batch.old_token_log_probs[part.rows])
+        return _token_mean_share(part, terms)
 
     def reference_kl(self, policy: Any, part: TextPart, token_log_probs: th.Tensor) -> th.Tensor:
-        """k3 estimate of KL(pi_theta || pi_ref) per completion token of the whole batch, with gradient.
-
-        The part's masked k3 terms are summed and divided by the batch's completion tokens and by the
-        part's weight (its share of the rows, by which the trainer multiplies each part's loss), so that
-        the weighted parts add up to one token mean over the batch whatever the micro-batch size.
-        """
+        """k3 estimate of KL(pi_theta || pi_ref) per completion token of the whole batch, with gradient:
+        the part's terms as a share of the batch's token mean (:func:`_token_mean_share`)."""
         batch, first = part.batch, int(part.rows[0])
         if first not in batch.reference:
             with th.no_grad():
                 batch.reference[first] = policy.reference_token_log_probs(batch.completions, part.rows)
-        terms = losses.reference_kl_terms(batch.reference[first], token_log_probs) * part.mask
-        weight = len(part.rows) / batch.scores.numel()
-        return terms.sum() / batch.mask.sum().clamp(min=1) / weight
+        return _token_mean_share(part, losses.reference_kl_terms(batch.reference[first], token_log_probs))
 
     def after_update(self, policy: Any) -> None:
         policy.sync_generator()
 
     def log_update(self, logger: Logger, batch: TextBatch) -> None:
-        """The rollout policy's group softmax: effective group size exp(H(p_old)) and log-score spread."""
+        """The rollout policy's group softmax over each group's completions with tokens V (the rows the
+        loss keeps): effective group size exp(H(p_old,V)) and log-score spread max_V L_old - min_V L_old,
+        averaged over the groups with two or more such rows (0 when none has,
+        :func:`agents.losses.masked_group_diagnostics`); an emptied row's L_old = 0 is left out."""
         old_logscores = batch.old_logscores()
-        logger.record("rollout/effective_group_size", float(losses.effective_group_size(old_logscores)))
-        logger.record("rollout/logscore_spread", float(losses.logscore_spread(old_logscores)))
+        valid = batch.mask.bool().any(-1).reshape(old_logscores.shape)
+        stats = losses.masked_group_diagnostics(old_logscores, old_logscores, th.zeros_like(old_logscores),
+                                                valid)
+        logger.record("rollout/effective_group_size", float(stats["effective_group_size"]))
+        logger.record("rollout/logscore_spread", float(stats["logscore_spread"]))
 
     def train_tokens(self, batch: TextBatch) -> int:
         completions = batch.completions
@@ -251,6 +255,16 @@ class TextMode(CollectionMode):
             "is_success": scores >= 0.99,
             "format_ok": batch.format_ok,
         }
+
+
+def _token_mean_share(part: TextPart, terms: th.Tensor) -> th.Tensor:
+    """The part's per-token ``terms [R, T]`` summed over its completion tokens, divided by the batch's
+    completion tokens and by the part's weight w = R / N (its share of the rows, by which the trainer
+    multiplies each part's value): sum_parts w * share = sum_batch terms / tokens, one token mean over the
+    batch whatever the micro-batch size."""
+    batch = part.batch
+    weight = len(part.rows) / batch.scores.numel()
+    return (terms * part.mask).sum() / batch.mask.sum().clamp(min=1) / weight
 
 
 def _cell(value: Any) -> str:

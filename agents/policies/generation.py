@@ -192,7 +192,10 @@ class VLLMGenerator:
     is reachable in-process for weight loading). Sampling: ``SamplingParams(n, temperature, top_p,
     max_tokens, stop=[stop], include_stop_str_in_output=True, seed)`` with the seed drawn from torch's
     global RNG (greedy: temperature 0); completion ids are the outputs' ``token_ids``, which end with the
-    EOS or with the token that completes the stop string.
+    EOS or with the token that completes the stop string. No log-probs are requested (``logprobs`` unset):
+    the text mode's pi_old is the trainer's teacher-forced forward of these ids at theta_old, the first
+    epoch's (:class:`~agents.modes.text.TextMode`), so the loss compares log-probs of one model and one
+    numerics; the engine's sampling distribution may differ from it by its kernels and dtype (docs/llm.md).
 
     :meth:`sync_weights` pushes the trainer's current weights into the engine the way TRL 1.16 does
     (``trl/generation/vllm_generation.py``: ``_iter_named_params`` + ``sync_weights``): with LoRA,

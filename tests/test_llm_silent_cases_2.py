@@ -89,6 +89,15 @@ def test_default_settings_still_build_and_a_later_change_is_refused(tmp_path):
         tpo_trl.check_config(config)
 
 
+def test_vllm_importance_weights_that_tpo_would_not_apply_are_refused(tmp_path):
+    pytest.importorskip("trl")
+    from tests.test_trl_integration import make_config
+
+    with pytest.raises(ValueError, match="^use_vllm=True with vllm_importance_sampling_correction=True"):
+        make_config(tmp_path, use_vllm=True)
+    make_config(tmp_path, use_vllm=True, vllm_importance_sampling_correction=False)
+
+
 def test_the_command_line_refuses_grpo_loss_settings(tiny_llm_dir, tmp_path):
     pytest.importorskip("trl")
     from agents.integrations import trl_train

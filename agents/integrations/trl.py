@@ -129,6 +129,10 @@ def check_settings(args: GRPOConfig) -> None:
         value, default = getattr(args, name), _GRPO_DEFAULTS[name]
         if value != default:
             raise ValueError(f"{name}={value!r} is not supported by TargetPOTrainer (allowed: {default!r})")
+    if args.use_vllm and args.vllm_importance_sampling_correction:
+        raise ValueError("use_vllm=True with vllm_importance_sampling_correction=True: TargetPOTrainer's TPO "
+                         "update does not apply TRL's vLLM importance weights (pi_old is the trainer's own "
+                         "forward); set vllm_importance_sampling_correction=False")
 
 
 def check_config(args: GRPOConfig) -> None:

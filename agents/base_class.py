@@ -10,9 +10,12 @@ collection mode needs (``agents.modes``), once. The learn loop is :class:`agents
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
 import sys
 import time
+import zipfile
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -124,6 +127,26 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     owns_env: ClassVar[bool] = True
     policy: Any
     mode: CollectionMode
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Show the shared hyperparameters on an algorithm whose ``__init__`` forwards ``**kwargs`` here
+        (``TPO(policy, env, eta=1.0, anchor=True, **kwargs)``): its signature lists them as keyword-only
+        arguments and its docstring gets their ``:param`` lines, so ``help(TPO)`` and API docs show them."""
+        super().__init_subclass__(**kwargs)
+        init = vars(cls).get("__init__")
+        if init is None:
+            return
+        own = list(inspect.signature(init).parameters.values())
+        if not own or own[-1].kind is not inspect.Parameter.VAR_KEYWORD:
+            return
+        names = {p.name for p in own}
+        shared = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                  for p in inspect.signature(GroupBaseAlgorithm.__init__).parameters.values()
+                  if p.name not in names and not p.name.startswith("_")]
+        init.__signature__ = inspect.signature(init).replace(parameters=own[:-1] + shared)
+        if cls.__doc__ and ":param" in (GroupBaseAlgorithm.__doc__ or ""):
+            params = GroupBaseAlgorithm.__doc__[GroupBaseAlgorithm.__doc__.index(":param"):].rstrip()
+            cls.__doc__ = f"{cls.__doc__.rstrip()}\n\n    Shared hyperparameters:\n\n    {params}\n"
 
     def __init__(
         self,
@@ -404,10 +427,13 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         """SB3's ``load``; with ``env`` (an id or an env), the algorithm then builds its batched env.
 
         ``path`` may omit ``.zip`` even where a folder of the same name exists (a run folder holds
-        ``<Env>.zip`` next to ``<Env>/``): see :func:`model_zip_path`.
+        ``<Env>.zip`` next to ``<Env>/``): see :func:`model_zip_path`. A zip saved by another algorithm
+        class is refused with a one-line ``ValueError`` naming both (:func:`check_saved_by`).
         """
+        path = model_zip_path(path)
+        check_saved_by(cls, path)
         model = super().load(
-            model_zip_path(path), env=None, device=device, custom_objects=custom_objects,
+            path, env=None, device=device, custom_objects=custom_objects,
             print_system_info=print_system_info, force_reset=force_reset, **kwargs,
         )  # fmt: skip
         # Values changed at load are checked as the constructor checks them; custom_objects are not
@@ -513,6 +539,66 @@ class _EpisodeMonitor:
             row.update({key: rows[key][i] for key in extra})
             self._writer.logger.writerow(row)
         self._writer.file_handler.flush()
+
+
+def own_hyperparameters(algo_class: type) -> frozenset[str]:
+    """The constructor arguments ``algo_class`` adds to :class:`GroupBaseAlgorithm`'s (TPO: ``eta``,
+    ``anchor``), up its classes; its zip holds them, as SB3 saves every attribute."""
+    base = set(inspect.signature(GroupBaseAlgorithm.__init__).parameters)
+    names: set[str] = set()
+    for klass in algo_class.__mro__:
+        if klass is GroupBaseAlgorithm:
+            break
+        if "__init__" in vars(klass):
+            params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+            names |= {p.name for p in params if p.kind is not p.VAR_KEYWORD}
+    return frozenset(names - base)
+
+
+def saved_attributes(path: Any) -> frozenset[str] | None:
+    """The attribute names in the ``data`` of the SB3 zip at ``path`` (a path or an open binary file),
+    or None where it cannot be read (SB3's ``load`` then says why)."""
+    try:
+        start = path.tell() if hasattr(path, "tell") else None
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data"))
+        if start is not None:
+            path.seek(start)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return frozenset(data) if isinstance(data, dict) else None
+
+
+def saved_by(attributes: frozenset[str]) -> tuple[frozenset[str], list[type]]:
+    """Which grouped algorithm (``agents.__all__``) saved a zip holding ``attributes``: the algorithms'
+    own hyperparameters it holds, and the classes that hold exactly those (DG and GroupPG, PG and CE
+    hold the same, so a zip of one loads as the other)."""
+    import agents
+
+    classes = [getattr(agents, name) for name in agents.__all__]
+    held = attributes & frozenset().union(*map(own_hyperparameters, classes))
+    return held, [klass for klass in classes if own_hyperparameters(klass) == held]
+
+
+def check_saved_by(algo_class: type, path: Any) -> None:
+    """Refuse, with a one-line ``ValueError`` naming both classes, a zip that ``algo_class`` did not
+    save: a zip of another grouped algorithm (its own hyperparameters differ: a TPO zip holds ``eta`` and
+    ``anchor``, a GRPO zip ``beta``, ``clip_range`` and ``mask_zero_variance``) or of another library's
+    algorithm (no ``group_mode``). A zip that cannot be read is left to SB3's ``load``."""
+    attributes = saved_attributes(path)
+    if attributes is None:
+        return
+    name = algo_class.__name__
+    if "group_mode" not in attributes:
+        raise ValueError(f"cannot load {path} as {name}: it was saved by an algorithm that is not a grouped "
+                         "algorithm (it holds no group_mode): load it with its own class")
+    held, classes = saved_by(attributes)
+    expected = saved_by(own_hyperparameters(algo_class))[0]
+    if held != expected:
+        saver = " or ".join(klass.__name__ for klass in classes) or "another algorithm"
+        holds, wanted = ", ".join(sorted(held)) or "none", ", ".join(sorted(expected)) or "none"
+        raise ValueError(f"cannot load {path} as {name}: it was saved by {saver} (it holds {holds} of the "
+                         f"grouped algorithms' own hyperparameters; a {name} zip holds {wanted})")
 
 
 def _env_class(env_id: str) -> Any:

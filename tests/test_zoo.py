@@ -133,9 +133,11 @@ def test_overrides_beat_yaml_file(tmp_path: Path) -> None:
     setup = configure([*argv, "learning_rate:0.25", "group_mode:sequence", str(file), str(CONFIGS)])
     assert setup.values["learning_rate"] == 0.25 and setup.values["group_mode"] == "sequence"
     assert setup.n_timesteps == 100
-    # -conf and -params mix: overrides still win over the file given with -conf.
+    # -conf and -params mix: overrides still win over the file given with -conf, which layers over
+    # zoo_configs/ (the directory of a run given no other).
     setup = configure([*argv, "learning_rate:0.25", "-conf", str(file)])
-    assert setup.values["learning_rate"] == 0.25 and "group_size" not in setup.values
+    assert setup.values["learning_rate"] == 0.25 and setup.origins["n_timesteps"] == str(file)
+    assert setup.values["group_size"] == 8 and setup.origins["group_size"].endswith("zoo_configs/tpo.yml")
 
 
 def test_explicit_flags_beat_overrides(tmp_path: Path) -> None:
@@ -241,18 +243,34 @@ class InterruptAfter(BaseCallback):
         return True
 
 
-def test_interrupt_saves_a_loadable_model(tmp_path: Path) -> None:
+def test_interrupt_saves_a_loadable_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Ctrl-C at step 32, the last step of the second rollout (16 steps each): the model, its zip and the
+    message count the 16 steps trained on, not the 16 collected after them."""
     result = zoo(
         tmp_path, "-n", "1000", "--save-freq", "16",
         "-params", *TINY_SB3, "callback:tests.test_zoo.InterruptAfter",
     )
-    assert result.interrupted and result.model.num_timesteps == 32
+    assert result.interrupted and result.model.num_timesteps == 16
+    assert ("Interrupted after 16 steps: saving the model (the 16 steps of the batch in progress were "
+            "collected but not trained on, and are not counted)") in capsys.readouterr().out
     run = Path(result.save_path)
     model = registry.get_algo("sb3_ppo").load(run / f"{ENV_DIR}.zip")
-    assert model.num_timesteps == 32
+    assert model.num_timesteps == 16
     assert [p.name for p in run.glob("rl_model_*")] == ["rl_model_16_steps.zip"]  # 32 was never reached
     assert registry.get_algo("sb3_ppo").load(run / "rl_model_16_steps.zip").num_timesteps == 16
     assert not list(run.glob(".tmp-*"))
+
+
+def test_interrupt_of_a_grouped_algorithm_counts_the_steps_trained(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """TPO, 12 env steps per update (B = 4 prompts of H = 3 tokens): Ctrl-C at step 32, in the third
+    collection, saves the model of the 24 steps its two updates trained on."""
+    result = zoo(tmp_path, "-n", "1000", "--env-kwargs", *TINY_ENV["token"], "-params", *TINY_GROUP,
+                 "callback:tests.test_zoo.InterruptAfter", algo="tpo")  # fmt: skip
+    assert result.interrupted and result.model.num_timesteps == 24 and result.model._n_updates == 2 * 4
+    assert ("Interrupted after 24 steps: saving the model (the 8 steps of the batch in progress were "
+            "collected but not trained on, and are not counted)") in capsys.readouterr().out
+    assert registry.get_algo("tpo").load(Path(result.save_path) / f"{ENV_DIR}.zip").num_timesteps == 24
 
 
 def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ import yaml
 
 from agents.zoo import registry
 from agents.zoo.hyperparams import ConfigError, constructor_keys, evaluated
-from agents.zoo.optimize import Objective, check_options, make_pruner, make_sampler
+from agents.zoo.optimize import SEARCH_EVAL_EPISODES, Objective, check_options, make_pruner, make_sampler
+from agents.zoo.run import EVAL_EPISODES
 from agents.zoo.samplers import SAMPLERS, SamplerContext
 from agents.zoo.train import configure, main, train
 
@@ -296,6 +297,25 @@ def test_ctrl_c_still_writes_the_report(tmp_path: Path, monkeypatch: pytest.Monk
     assert result.interrupted and [t.state.name for t in result.study.trials] == ["COMPLETE", "FAIL"]
     assert len(csv_rows(result.report_path)) == 2 and result.best_trial == 0
     assert (Path(result.report_path) / "best.yml").is_file()
+
+
+def test_ctrl_c_inside_a_trial_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """Ctrl-C while a trial trains: no Optuna traceback, one line naming the stopped trial, the report."""
+    tiny = [*TINY[:3], "callback:tests.test_zoo.InterruptAfter", *TINY[3:]]
+    result = search(tmp_path, "--n-trials", "3", "--no-optim-plots", *tiny)
+    out, err = capfd.readouterr()
+    assert result.interrupted and [t.state.name for t in result.study.trials] == ["FAIL"]
+    assert "Interrupted (trial 0 stopped, recorded as failed): writing the report of the trials so far" in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "failed" not in err
+    assert csv_rows(result.report_path)[0]["error"] == "interrupted (Ctrl-C)"
+
+
+def test_a_search_evaluates_more_episodes_by_default(tmp_path: Path) -> None:
+    """Five episodes rank trials on noise (docs/zoo.md): a search evaluates SEARCH_EVAL_EPISODES."""
+    argv = ["--algo", "tpo", "--env", "TokenReversal", "-f", str(tmp_path), "--verbose", "0"]
+    assert configure([*argv, "-optimize"]).args.eval_episodes == SEARCH_EVAL_EPISODES == 100
+    assert configure(argv).args.eval_episodes == EVAL_EPISODES == 5
+    assert configure([*argv, "-optimize", "--eval-episodes", "7"]).args.eval_episodes == 7
 
 
 def test_parallel_jobs(tmp_path: Path) -> None:

@@ -176,7 +176,8 @@ def test_default_env_kwargs_stay_with_their_envs(tmp_path: Path, capsys: pytest.
     assert cartpole.env_kwargs == {} and "env_kwargs" not in cartpole.values
     assert "Not using the 'default' env_kwargs" in capsys.readouterr().out
     token = configure(["--algo", "sb3_ppo", "--env", "TokenCopy", "-params", str(file)])
-    assert token.env_kwargs == {"reward": "sequential", "sequence_length": 3}  # they belong there
+    # they belong there, over zoo_configs/sb3_ppo.yml's TokenCopy entry (a file given alone layers over it)
+    assert token.env_kwargs == {"reward": "sequential", "sequence_length": 3, "vocab_size": 2}
     explicit = tmp_path / "e.yml"  # an env's own entry is never filtered: a wrong key stays an error
     explicit.write_text(yaml.safe_dump({"CartPole-v1": token_default}))
     with pytest.raises(ConfigError, match=r"cannot make CartPole-v1 with env_kwargs .*'reward'"):

@@ -14,7 +14,7 @@ from typing import Any
 from agents.zoo import hyperparams as hp
 from agents.zoo import optimize, registry
 from agents.zoo.envs import VEC_ENV_CLASSES
-from agents.zoo.run import DEFAULT_TB, MAX_TABLES
+from agents.zoo.run import DEFAULT_TB, EVAL_EPISODES, MAX_TABLES
 
 
 class StoreDict(argparse.Action):
@@ -72,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("-f", "--log-folder", type=str, default="logs", help="root of the run folders")
     p.add_argument("--eval-freq", type=int, default=25000, help="evaluate every N env steps (<= 0: never)")
-    p.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation")
+    p.add_argument(
+        "--eval-episodes", type=int, default=None,
+        help=f"episodes per evaluation (None: {EVAL_EPISODES}; -optimize: {optimize.SEARCH_EVAL_EPISODES})",
+    )  # fmt: skip
     p.add_argument("--n-eval-envs", type=int, default=1, help="envs of the evaluation VecEnv")
     p.add_argument("--save-freq", type=int, default=-1, help="checkpoint every N env steps (<= 0: never)")
     p.add_argument(

@@ -5,12 +5,13 @@
     python -m agents.enjoy --algo sb3_ppo --model logs/ppo/CartPole-v1_1 --no-render   # an rl_zoo3 run
 
 The RL Zoo's ``enjoy.py`` for text terminals. The model is found and loaded as
-``python -m agents.evaluate`` finds it (``-f``/``--exp-id``/``--load-best``/``--load-checkpoint``/
-``--load-last-checkpoint``, or ``--model``) and its env rebuilt with the run's env kwargs, with
-``render_mode="ansi"`` where the env has it (the ``TPO/`` token tasks, bandits and MNIST): each finished
-episode's final state is printed (the token tasks: prompt, target and the agent's tokens, wrong ones in
-``[brackets]``), with its return and task error, and a summary at the end. An env without text
-rendering (CartPole) prints one line per episode. ``-n`` counts steps, as in rl_zoo3.
+``python -m agents.evaluate`` finds it (``-f``/``--exp-id`` or ``--model <run folder>``, then
+``--load-best``/``--load-checkpoint``/``--load-last-checkpoint``; or ``--model <zip>``) and its env
+rebuilt with the run's env kwargs, with ``render_mode="ansi"`` where the env has it (the ``TPO/`` token
+tasks, bandits and MNIST): each finished episode's final state is printed (the token tasks: prompt,
+target and the agent's tokens, wrong ones in ``[brackets]``), with its return and task error, and a
+summary at the end. An env without text rendering (CartPole) prints one line per episode. ``-n`` counts
+steps, as in rl_zoo3.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exp-id", type=int, default=0,
                    help="run number (0: latest; rl_zoo3's -1, no run sub-folder, is --model here)")
     p.add_argument("--model", type=str, default="",
-                   help="a model .zip or a run folder, instead of -f/--exp-id and --load-* (not in rl_zoo3)")
+                   help="a model .zip, or a run folder (its model chosen by --load-*), instead of "
+                   "-f/--exp-id (not in rl_zoo3)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--load-best", action="store_true", help="load best_model.zip")
     which.add_argument("--load-checkpoint", type=int, help="load rl_model_<N>_steps.zip")

@@ -16,7 +16,6 @@ sampled (as the paper measures the token tasks) unless ``--deterministic`` (gree
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -32,7 +31,7 @@ from agents.zoo import registry
 from agents.zoo.callbacks import episode_task_error
 from agents.zoo.cli import StoreDict
 from agents.zoo.envs import make_env, normalized
-from agents.zoo.hyperparams import ConfigError, evaluated, one_line
+from agents.zoo.hyperparams import ConfigError, evaluated, merge_env_kwargs, one_line
 from agents.zoo.run import resolve
 from agents.zoo.run_files import read_run_yaml
 
@@ -133,8 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exp-id", type=int, default=0, help="run number (0: latest)")
     p.add_argument(
         "--model", type=str, default="",
-        help="a model .zip (.zip may be left out) or a run folder, instead of -f/--exp-id; "
-        "a model in a run folder is evaluated on the run's env and env kwargs",
+        help="a model .zip (.zip may be left out), or a run folder (its model chosen by --load-*), instead "
+        "of -f/--exp-id; a model in a run folder is evaluated on the run's env and env kwargs",
     )  # fmt: skip
     which = p.add_mutually_exclusive_group()
     which.add_argument("--load-best", action="store_true", help="load best_model.zip")
@@ -174,21 +173,82 @@ def recorded_run(folder: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def model_and_run(model: str) -> tuple[str, str | None]:
-    """The zip of ``--model`` and its run folder: a run folder gives its final ``<Env>.zip``; a zip inside
-    a run folder (final model, ``best_model.zip``, checkpoints) gives that folder; else ``None``."""
+def model_and_run(model: str) -> tuple[str, str | None, str | None]:
+    """``--model`` as ``(zip, run folder, <Env>)``: a run folder gives its final ``<Env>.zip``, itself and
+    its ``<Env>``; a zip inside a run folder (final model, ``best_model.zip``, checkpoints) gives that
+    folder and no ``<Env>``; another zip ``(zip, None, None)``."""
     path = model_zip_path(model)
     run = recorded_run(path)
     if run is not None:
-        return os.path.join(path, f"{run[0]}.zip"), path
+        return os.path.join(path, f"{run[0]}.zip"), path, run[0]
     folder = os.path.dirname(os.path.abspath(path))
-    return path, folder if recorded_run(folder) is not None else None
+    return path, folder if recorded_run(folder) is not None else None, None
+
+
+def load_flag(args: argparse.Namespace) -> str:
+    """The ``--load-*`` flag given (``""`` for none): which model of a run folder to take."""
+    if args.load_best:
+        return "--load-best"
+    if args.load_checkpoint is not None:
+        return f"--load-checkpoint {args.load_checkpoint}"
+    return "--load-last-checkpoint" if args.load_last_checkpoint else ""
+
+
+def checkpoint_steps(run: str) -> list[int]:
+    """The step counts of the checkpoints ``rl_model_<N>_steps.zip`` in ``run``, in increasing order."""
+    names = (re.fullmatch(r"rl_model_(\d+)_steps\.zip", name) for name in os.listdir(run))
+    return sorted(int(match.group(1)) for match in names if match)
+
+
+def model_in_run(args: argparse.Namespace, run: str, env_name: str) -> str:
+    """The zip of ``run`` that ``--load-best``, ``--load-checkpoint N``, ``--load-last-checkpoint`` or
+    none of them (the final ``<Env>.zip``) names; a missing one is a :class:`ConfigError` listing the
+    run's models (:func:`missing_model`)."""
+    steps = checkpoint_steps(run) if os.path.isdir(run) else []
+    if args.load_best:
+        name = "best_model.zip"
+    elif args.load_checkpoint is not None:
+        name = f"rl_model_{args.load_checkpoint}_steps.zip"
+    elif args.load_last_checkpoint:
+        name = f"rl_model_{steps[-1]}_steps.zip" if steps else "rl_model_<N>_steps.zip"
+    else:
+        name = f"{env_name}.zip"
+    path = os.path.join(run, name)
+    if not os.path.isfile(path):
+        raise ConfigError(missing_model(run, name, env_name))
+    return path
+
+
+def missing_model(run: str, name: str, env_name: str) -> str:
+    """``No <name> in <run>``, then the models the run does hold and the flag of each (the final model,
+    ``best_model.zip``, the checkpoints), and the temporary files of saves cut short (ignored)."""
+    if not os.path.isdir(run):
+        return f"No model at {os.path.join(run, name)}: no run folder {run}"
+    held = []
+    if os.path.isfile(os.path.join(run, f"{env_name}.zip")):
+        held.append(f"{env_name}.zip (the final model: no --load-* flag)")
+    if os.path.isfile(os.path.join(run, "best_model.zip")):
+        held.append("best_model.zip (--load-best)")
+    steps = checkpoint_steps(run)
+    if steps:
+        held.append(f"checkpoints at {', '.join(map(str, steps))} steps (--load-checkpoint N, "
+                    "--load-last-checkpoint)")
+    line = f"No {name} in {run}: " + ("it holds " + "; ".join(held) if held else "it holds no model")
+    partial = sorted(entry for entry in os.listdir(run) if entry.startswith(".tmp-"))
+    if partial:
+        line += f" ({', '.join(partial)}: a save cut short, ignored)"
+    return line
 
 
 def find_model(args: argparse.Namespace, algo: str, env_name: str) -> tuple[str, str | None]:
     """The model zip to load and its run folder (``None`` for a model outside a run folder)."""
     if args.model:
-        path, run = model_and_run(args.model)
+        path, run, recorded_name = model_and_run(args.model)
+        if recorded_name is not None:  # a run folder: the --load-* flag picks its model
+            return model_in_run(args, run, recorded_name), run
+        if load_flag(args):
+            raise ConfigError(f"{load_flag(args)} picks a model of a run folder, but --model names the zip "
+                              f"{path}: pass --model <its run folder>, or drop {load_flag(args).split()[0]}")
         if not os.path.isfile(path):
             raise ConfigError(f"No model at {path}")
         return path, run
@@ -200,23 +260,7 @@ def find_model(args: argparse.Namespace, algo: str, env_name: str) -> tuple[str,
         raise ConfigError(f"No run of {algo} on {env_name} in {log_path} (no folder {env_name}_<N>): "
                           f"train one, or pass -f <log folder> or --model <zip or run folder>")  # fmt: skip
     run = os.path.join(log_path, f"{env_name}_{run_id}")
-    if args.load_best:
-        path = os.path.join(run, "best_model.zip")
-    elif args.load_checkpoint is not None:
-        path = os.path.join(run, f"rl_model_{args.load_checkpoint}_steps.zip")
-    elif args.load_last_checkpoint:
-        steps = [
-            re.search(r"rl_model_(\d+)_steps", p)
-            for p in glob.glob(os.path.join(run, "rl_model_*_steps.zip"))
-        ]
-        if not steps:
-            raise ConfigError(f"No checkpoint in {run}")
-        path = os.path.join(run, f"rl_model_{max(int(m.group(1)) for m in steps if m)}_steps.zip")
-    else:
-        path = os.path.join(run, f"{env_name}.zip")
-    if not os.path.isfile(path):
-        raise ConfigError(f"No model at {path}")
-    return path, run
+    return model_in_run(args, run, env_name), run
 
 
 def run_env_kwargs(run: str | None, env_name: str) -> dict[str, Any]:
@@ -249,11 +293,14 @@ class ChosenModel:
 
 
 def load_model(algo: str, algo_class: type, path: str, device: str, **kwargs: Any) -> Any:
-    """``algo_class.load(path)``; a failure (a corrupt zip, another algorithm's) is a one-line ConfigError."""
+    """``algo_class.load(path)``; a failure (a corrupt zip, another algorithm's) is a one-line ConfigError
+    (``load``'s own when it names the zip: ``cannot load m.zip as GRPO: it was saved by TPO ...``)."""
     try:
         return algo_class.load(path, device=device, **kwargs)
     except Exception as err:  # one line, not a traceback
-        raise ConfigError(f"cannot load {path} as {algo}: {one_line(err)}") from err
+        said = one_line(err).partition(": ")[2]
+        raise ConfigError(said if said.startswith(f"cannot load {path} ") else
+                          f"cannot load {path} as {algo}: {one_line(err)}") from err
 
 
 def choose_model(args: argparse.Namespace, **load_kwargs: Any) -> ChosenModel:
@@ -267,7 +314,7 @@ def choose_model(args: argparse.Namespace, **load_kwargs: Any) -> ChosenModel:
     path, run = find_model(args, algo, env_name)
     if recorded and recorded.get("env") != env_id:
         print(f"Not using the env kwargs of {run}: it trained on {recorded.get('env')}, not {env_id}")
-    env_kwargs = {**run_env_kwargs(run, env_name), **args.env_kwargs}
+    env_kwargs = merge_env_kwargs(env_id, run_env_kwargs(run, env_name), args.env_kwargs)
     model = load_model(algo, algo_class, path, args.device, **load_kwargs)
     return ChosenModel(algo, env_id, env_name, path, run, env_kwargs, model)
 

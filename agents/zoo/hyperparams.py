@@ -2,7 +2,8 @@
 
 Sources, from lowest to highest precedence (order on the command line does not matter):
 
-1. a directory ``D`` (``--hyperparams zoo_configs/``), read as ``D/<algo>.yml``;
+1. a directory ``D`` (``--hyperparams zoo_configs/``), read as ``D/<algo>.yml``; without one, the
+   default ``zoo_configs/`` (:func:`default_dir`), also under a file given alone;
 2. a YAML file (``.yml``/``.yaml``) or a Python file with a ``hyperparams`` dict;
 3. ``key:value`` overrides (``learning_rate:1e-4 group_mode:token``).
 
@@ -10,7 +11,8 @@ Each file contributes the entry of the env id, or its ``default`` entry (and say
 of a ``default`` entry (``env_kwargs``, ``eval_env_kwargs``) were written for the envs that file is about:
 they apply only to an env whose constructor takes every one of their keys, and are dropped (with a
 note) for any other env, so that a ``default`` written for the token tasks leaves CartPole alone.
-Dict-valued keys (``env_kwargs``, ``eval_env_kwargs``) merge key by key; every other key replaces.
+Dict-valued keys (``env_kwargs``, ``eval_env_kwargs``) merge key by key, except that a new ``dataset``
+drops the keys written for the old one (:func:`merge_env_kwargs`); every other key replaces.
 The explicit flags (``-n``, ``--env-kwargs``, ``--seed``, ...) sit above all of these and are applied
 by the zoo.
 """
@@ -88,14 +90,43 @@ class Hyperparams:
 
     values: dict[str, Any] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
+    #: The env the values are for (a new ``dataset`` drops the old one's kwargs: :func:`merge_env_kwargs`).
+    env_id: str | None = None
+    verbose: int = 0
+    #: The config files read, lowest first.
+    files: list[str] = field(default_factory=list)
 
     def update(self, entry: dict[str, Any], origin: str) -> None:
-        """Merge ``entry`` on top (dict-valued :data:`MERGED_KEYS` merge key by key)."""
+        """Merge ``entry`` on top (the dicts of :data:`MERGED_KEYS` key by key: :func:`merge_env_kwargs`)."""
         for key, value in entry.items():
-            if key in MERGED_KEYS and isinstance(value, dict) and isinstance(self.values.get(key), dict):
-                value = {**self.values[key], **value}
+            if key in MERGED_KEYS and isinstance(evaluated(value), dict):
+                lower = evaluated(self.values.get(key))
+                if isinstance(lower, dict):
+                    said = (f"the {key} of {self.origins[key]}", origin) if self.verbose else None
+                    value = merge_env_kwargs(self.env_id, lower, evaluated(value), said)
             self.values[key] = value
             self.origins[key] = origin
+
+
+def merge_env_kwargs(
+    env_id: str | None, lower: dict[str, Any], upper: dict[str, Any], said: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """``lower`` env kwargs updated with ``upper``. Where ``upper`` switches the ``dataset`` of an env that
+    passes the kwargs it does not name to its dataset (``TPO/ReasoningGym-v0``), ``lower``'s kwargs of that
+    kind were written for the old dataset and are dropped; the env's named kwargs (``reward``, ``size``,
+    ``seed``, ...) are kept. ``said``: (where ``lower``, where ``upper`` came from), to print what is
+    dropped."""
+    from agents.zoo.registry import env_signature
+
+    switched = "dataset" in upper and upper["dataset"] != lower.get("dataset")
+    signature = env_signature(env_id) if switched and env_id else None
+    if signature is None or not signature[1]:
+        return {**lower, **upper}
+    dropped = sorted(key for key in lower if key not in signature[0] and key not in upper)
+    if dropped and said:
+        print(f"Not using {', '.join(dropped)} of {said[0]}: they configure dataset "
+              f"{lower.get('dataset')!r}, and {said[1]} switches it to {upper['dataset']!r}")
+    return {**{key: value for key, value in lower.items() if key not in dropped}, **upper}
 
 
 TORCH_NAMES = ("nn", "th", "torch")
@@ -200,21 +231,47 @@ def default_dir() -> Path:
 
 
 def load_hyperparams(sources: list[str], algo: str, env_id: str, verbose: int = 1) -> Hyperparams:
-    """Merge the hyperparameters of ``algo`` on ``env_id`` from ``sources`` (see the module docstring)."""
+    """Merge the hyperparameters of ``algo`` on ``env_id`` from ``sources`` (see the module docstring).
+
+    Without a directory, the default one (:func:`default_dir`) is the lowest layer: a file given alone
+    (``-params my.yml``) sets its keys over ``zoo_configs/<algo>.yml``'s entry, as a ``key:value`` does.
+    """
     dirs, files, overrides = split_sources(sources)
-    if not dirs and not files:
-        dirs = [default_dir()]
-    hyper = Hyperparams()
-    for path in [d / f"{algo}.yml" for d in dirs] + files:
-        if not path.is_file():
-            raise ConfigError(f"No hyperparameter file for algorithm {algo!r}: {path} does not exist")
-        data = read_config_file(path)
-        entry = select_entry(data, env_id, path, algo, verbose)
-        if env_id not in data:
-            drop_foreign_env_kwargs(entry, env_id, path, verbose)
-        hyper.update(entry, str(path))
+    hyper = Hyperparams(env_id=env_id, verbose=verbose)
+    for path, required in directory_layers(dirs, files, algo) + [(path, True) for path in files]:
+        entry = file_entry(path, algo, env_id, required, verbose)
+        if entry is not None:
+            hyper.files.append(str(path))
+            hyper.update(entry, str(path))
     hyper.update(overrides, "--hyperparams override")
     return hyper
+
+
+def directory_layers(dirs: list[Path], files: list[Path], algo: str) -> list[tuple[Path, bool]]:
+    """The ``<dir>/<algo>.yml`` files under the given files, each with whether it must hold the env: the
+    given directories; else the default one (:func:`default_dir`), which under a file given alone
+    serves only where it exists and has an entry for the env (or a ``default``)."""
+    if dirs:
+        return [(folder / f"{algo}.yml", True) for folder in dirs]
+    if not files:
+        return [(default_dir() / f"{algo}.yml", True)]
+    return [(folder / f"{algo}.yml", False) for folder in DEFAULT_DIRS if folder.is_dir()][:1]
+
+
+def file_entry(path: Path, algo: str, env_id: str, required: bool, verbose: int = 1) -> dict[str, Any] | None:
+    """The entry of ``env_id`` (or ``default``) in the config file ``path``; a missing file or entry is an
+    error if ``required``, else None (the default directory under a file given alone)."""
+    if not path.is_file():
+        if not required:
+            return None
+        raise ConfigError(f"No hyperparameter file for algorithm {algo!r}: {path} does not exist")
+    data = read_config_file(path)
+    if not required and env_id not in data and "default" not in data:
+        return None
+    entry = select_entry(data, env_id, path, algo, verbose)
+    if env_id not in data:
+        drop_foreign_env_kwargs(entry, env_id, path, verbose)
+    return entry
 
 
 def drop_foreign_env_kwargs(entry: dict[str, Any], env_id: str, path: Path, verbose: int = 1) -> None:
@@ -271,6 +328,19 @@ def check_keys(hyper: Hyperparams, algo_cls: type, algo: str) -> None:
             )
 
 
+def check_required(hyper: Hyperparams, algo_cls: type, algo: str) -> None:
+    """Refuse hyperparameters that lack an argument ``algo``'s constructor requires (``policy``), naming
+    the sources read, before the constructor's own ``missing 1 required positional argument``."""
+    params = inspect.signature(algo_cls.__init__).parameters.values()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    required = [p.name for p in params if p.kind in kinds and p.default is p.empty and p.name != "self"]
+    for key in required:
+        if key not in FLAG_KEYS and key not in hyper.values:
+            read = f"none of {', '.join(hyper.files)} sets it" if hyper.files else "no config file was read"
+            raise ConfigError(f"No {key!r} for {algo} on {hyper.env_id}: {read}; set {key} in the YAML entry "
+                              f"or pass -params {key}:<value>")
+
+
 def check_env_pipeline(hyper: Hyperparams, algo_cls: type, algo: str) -> None:
     """Reject env-pipeline keys for an algorithm that builds its own env (``owns_env``), naming the key."""
     if not getattr(algo_cls, "owns_env", False):
@@ -324,18 +394,21 @@ SB3_VALUE_CHECKS: dict[str, Any] = {
 }
 
 
-def value_error(err: checks.HyperparameterError, origins: dict[str, str]) -> ConfigError:
-    """``err`` as a one-line :class:`ConfigError` that also names the value's source:
+def value_error(err: checks.HyperparameterError, hyper: Hyperparams) -> ConfigError:
+    """``err`` as a one-line :class:`ConfigError` that also names the value's source, with the value as
+    written there (``batch_size='100'``, not the number it was read as):
     ``eta=-1 (in --hyperparams override): must be a number > 0``."""
-    origin = origins.get(err.name)
+    origin = hyper.origins.get(err.name)
     where = f" (in {origin})" if origin else ""
-    return ConfigError(f"{err.name}={err.value!r}{where}: must be {err.allowed}")
+    written = hyper.values.get(err.name, err.value) if origin else err.value
+    return ConfigError(f"{err.name}={written!r}{where}: must be {err.allowed}")
 
 
 def check_values(hyper: Hyperparams, algo_cls: type) -> None:
     """Check the types and ranges of the values before anything is built: ``n_timesteps`` and ``n_envs``
     for every algorithm, :data:`SB3_VALUE_CHECKS` for an SB3 algorithm (a grouped algorithm, which owns
-    its env, checks its own in its constructor), and ``lin_<v>`` schedules (v a number > 0)."""
+    its env, checks its own in its constructor), ``lin_<v>`` schedules (v a number > 0) and the
+    :data:`EVALUATED_KEYS` (a dict, or a string that evaluates to one)."""
     own = bool(getattr(algo_cls, "owns_env", False))
     try:
         for key, value in hyper.values.items():
@@ -347,8 +420,11 @@ def check_values(hyper: Hyperparams, algo_cls: type) -> None:
                 checks.check_positive(key, as_number(value))
             elif key in SB3_VALUE_CHECKS and not own:
                 SB3_VALUE_CHECKS[key](key, as_number(value))
+            elif key in EVALUATED_KEYS and not isinstance(evaluated(value), dict | None):
+                allowed = 'a dict, or a Python expression of one: "dict(a=1)"'
+                raise checks.HyperparameterError(key, value, allowed)
     except checks.HyperparameterError as err:
-        raise value_error(err, hyper.origins) from err
+        raise value_error(err, hyper) from err
 
 
 def as_number(value: Any) -> Any:

@@ -30,12 +30,14 @@ import copy
 import csv
 import dataclasses
 import difflib
+import logging
 import os
 import shlex
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,11 @@ METRICS = ("auto", "task_error", "reward")
 DIRECTIONS = {"task_error": "minimize", "reward": "maximize"}
 #: Without ``--n-evaluations``: one evaluation per this many env steps (at least one), as the RL Zoo.
 STEPS_PER_EVALUATION = 100_000
+#: ``--eval-episodes`` of a search: each trial's value is the mean over this many evaluation episodes, so
+#: that its noise stays below the differences between trials (docs/zoo.md, "Evaluation size").
+SEARCH_EVAL_EPISODES = 100
+#: The ``error`` recorded for a trial that Ctrl-C stopped.
+INTERRUPTED = "interrupted (Ctrl-C)"
 #: Errors a diverging trial raises (NaN logits, invalid distributions): the trial is pruned, as in the zoo.
 DIVERGENCE_ERRORS = (ValueError, AssertionError, FloatingPointError)
 
@@ -163,9 +170,12 @@ def _choice(kind: str, value: str, choices: tuple[str, ...]) -> str:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """Refuse flags that contradict ``-optimize`` before the run is configured (nothing is read yet)."""
+    """Refuse flags that contradict ``-optimize`` before the run is configured (nothing is read yet), and
+    give ``--eval-episodes`` the search's default (:data:`SEARCH_EVAL_EPISODES`)."""
     if not args.optimize_hyperparameters:
         return
+    if args.eval_episodes is None:
+        args.eval_episodes = SEARCH_EVAL_EPISODES
     if args.trained_agent:
         raise hp.ConfigError(
             "--trained-agent cannot be combined with -optimize: every trial trains a new model"
@@ -374,7 +384,10 @@ class Objective:
         values = setup.values
         group_mode = None
         if setup.owns_env:
-            natural = setup.algo_cls.natural_mode(setup.env_id, setup.env_kwargs)
+            try:
+                natural = setup.algo_cls.natural_mode(setup.env_id, setup.env_kwargs)
+            except ValueError as err:  # env kwargs the env does not take: one line, as a training run's
+                raise hp.ConfigError(f"{setup.algo}: {hp.one_line(err)}") from err
             group_mode = values.get("group_mode") or natural
         self.context = SamplerContext(
             algo=setup.algo,
@@ -426,6 +439,9 @@ class Objective:
             callbacks = [*hp.instantiate(run.values.get("callback")), evaluation]
             model.learn(**parts.learn_kwargs(run.n_timesteps, callbacks))
             value = None if evaluation.is_pruned else evaluation.evaluate()
+        except KeyboardInterrupt:
+            trial.set_user_attr("error", INTERRUPTED)
+            raise
         except hp.ConfigError:
             raise
         except DIVERGENCE_ERRORS as err:
@@ -615,17 +631,50 @@ def run_trials(study: Any, objective: Objective, options: SearchOptions, setup: 
         callbacks.append(optuna.study.MaxTrialsCallback(options.max_total_trials, states=counted))
         n_trials = None
     try:
-        study.optimize(
-            objective,
-            n_trials=n_trials,
-            n_jobs=options.n_jobs,
-            callbacks=callbacks,
-            show_progress_bar=progress,
-        )
+        with QuietInterrupt.installed():
+            study.optimize(
+                objective,
+                n_trials=n_trials,
+                n_jobs=options.n_jobs,
+                callbacks=callbacks,
+                show_progress_bar=progress,
+            )
     except KeyboardInterrupt:
-        print("Interrupted: writing the report of the trials so far")
+        stopped = [t.number for t in study.get_trials(deepcopy=False)
+                   if t.user_attrs.get("error") == INTERRUPTED]
+        print(f"Interrupted{f' (trial {stopped[-1]} stopped, recorded as failed)' if stopped else ''}: "
+              "writing the report of the trials so far")
         return True
     return False
+
+
+class QuietInterrupt(logging.Filter):
+    """Drop Optuna's report of a trial that Ctrl-C stopped (a warning with its traceback, then its value):
+    the search says it in one line. Installed on the handlers of Optuna's logger while trials run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interrupted = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for the records of a trial stopped by ``KeyboardInterrupt``."""
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            self.interrupted = True
+            return False
+        return not (self.interrupted and "failed with value" in record.getMessage())
+
+    @classmethod
+    @contextmanager
+    def installed(cls) -> Iterator[None]:
+        """Filter the handlers of the ``optuna`` logger within the block."""
+        handlers, quiet = logging.getLogger("optuna").handlers, cls()
+        for handler in handlers:
+            handler.addFilter(quiet)
+        try:
+            yield
+        finally:
+            for handler in handlers:
+                handler.removeFilter(quiet)
 
 
 def hyperparameter_optimization(setup: RunSetup, argv: list[str]) -> OptimizeResult:

@@ -168,6 +168,13 @@ def env_kwarg_names(env_id: str) -> frozenset[str] | None:
     Read from the signature of the registered entry point (a class's ``__init__`` or a function);
     an id that is not registered, or an entry point that cannot be inspected, gives ``None``.
     """
+    signature = env_signature(env_id)
+    return None if signature is None or signature[1] else signature[0]
+
+
+def env_signature(env_id: str) -> tuple[frozenset[str], bool] | None:
+    """The keyword arguments ``gymnasium.make(env_id, ...)`` names, and whether its entry point also takes
+    any other (``**kwargs``: the text envs pass them to the dataset's config); None if it cannot be read."""
     import inspect
 
     import gymnasium as gym
@@ -179,6 +186,5 @@ def env_kwarg_names(env_id: str) -> frozenset[str] | None:
         params = inspect.signature(creator).parameters.values()
     except (gym.error.Error, ImportError, AttributeError, TypeError, ValueError):
         return None
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None
-    return MAKE_KWARGS | {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    named = MAKE_KWARGS | {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return named, any(p.kind is p.VAR_KEYWORD for p in params)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import model_zip_path
+from agents.base_class import own_hyperparameters, saved_attributes, saved_by
 from agents.checks import HyperparameterError
 from agents.provenance import code_version
 from agents.zoo import callbacks as cb
@@ -47,6 +48,8 @@ EVAL_SEED_OFFSET = 2**16
 DEFAULT_TB = "<log-folder>/tensorboard"
 #: With ``--log-interval -1``, the training table is printed about this many times per run.
 MAX_TABLES = 50
+#: ``--eval-episodes`` of a training run's evaluations (``-optimize``: ``optimize.SEARCH_EVAL_EPISODES``).
+EVAL_EPISODES = 5
 
 
 @dataclass
@@ -160,9 +163,9 @@ def configure(args: argparse.Namespace) -> RunSetup:
     check_hyperparams(hyper, algo_cls, algo)
     values = hyper.values
     n_timesteps = int(float(hp.as_number(values["n_timesteps"])))
-    env_kwargs = {**hp.evaluated(values.get("env_kwargs") or {}), **args.env_kwargs}
-    eval_env_kwargs = {**env_kwargs, **hp.evaluated(values.get("eval_env_kwargs") or {})}
-    eval_env_kwargs.update(args.eval_env_kwargs)
+    env_kwargs = dict(hp.evaluated(values.get("env_kwargs") or {}))  # --env-kwargs included (record_flags)
+    eval_only = hp.evaluated(values.get("eval_env_kwargs") or {})
+    eval_env_kwargs = hp.merge_env_kwargs(env_id, env_kwargs, eval_only)
     setup = RunSetup(args, algo, env_id, algo_cls, values, n_timesteps, env_kwargs, eval_env_kwargs,
                      origins=hyper.origins)
     check_env(setup)
@@ -174,16 +177,21 @@ def configure(args: argparse.Namespace) -> RunSetup:
 
 def check_hyperparams(hyper: hp.Hyperparams, algo_cls: type, algo: str) -> None:
     """The checks every run's hyperparameters pass (a training run's and each Optuna trial's): known
-    keys, no env-pipeline keys for an algorithm that builds its own env, types and ranges."""
+    keys, the constructor's required ones (``policy``), no env-pipeline keys for an algorithm that builds
+    its own env, types and ranges."""
     hp.check_keys(hyper, algo_cls, algo)
+    hp.check_required(hyper, algo_cls, algo)
     hp.check_env_pipeline(hyper, algo_cls, algo)
     hp.check_values(hyper, algo_cls)
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """Check the flags' ranges (one-line :class:`ConfigError`) and resolve ``-tb``'s default."""
+    """Check the flags' ranges (one-line :class:`ConfigError`) and resolve the defaults of ``-tb`` and
+    ``--eval-episodes``."""
     if args.tensorboard_log == DEFAULT_TB:
         args.tensorboard_log = os.path.join(args.log_folder, "tensorboard")
+    if args.eval_episodes is None:
+        args.eval_episodes = EVAL_EPISODES
     if args.n_timesteps <= 0 and args.n_timesteps != -1:
         raise hp.ConfigError(f"-n {args.n_timesteps}: must be an integer >= 1, or -1 (the YAML's value)")
     if args.eval_freq > 0 and args.eval_episodes < 1:
@@ -196,14 +204,13 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def record_flags(hyper: hp.Hyperparams, args: argparse.Namespace) -> None:
     """Put ``-n``, ``--env-kwargs`` and ``--eval-env-kwargs`` into the hyperparameters (merged with the
-    YAML env kwargs), so that ``config.yml`` and the printed values are what runs."""
-    values = hyper.values
+    YAML env kwargs: :meth:`~agents.zoo.hyperparams.Hyperparams.update`), so that ``config.yml`` and the
+    printed values are what runs."""
     if args.n_timesteps > 0:
         hyper.update({"n_timesteps": args.n_timesteps}, "-n")
     for key, given in (("env_kwargs", args.env_kwargs), ("eval_env_kwargs", args.eval_env_kwargs)):
         if given:
-            merged = {**(hp.evaluated(values.get(key)) or {}), **given}
-            hyper.update({key: merged}, f"--{key.replace('_', '-')}")
+            hyper.update({key: given}, f"--{key.replace('_', '-')}")
 
 
 def check_env(setup: RunSetup) -> None:
@@ -245,41 +252,23 @@ def check_trained_agent(setup: RunSetup) -> None:
         raise hp.ConfigError(f"--trained-agent {given} was trained with --algo {trained}, not {setup.algo}: "
                              f"pass --algo {trained}")
     if trained is None and setup.owns_env:
-        held, algos = zip_algorithms(path)
-        if held != own_hyperparameters(setup.algo_cls):
-            by = f"by one of {', '.join(algos)}" if algos else "by another algorithm"
-            raise hp.ConfigError(f"--trained-agent {given} holds {', '.join(sorted(held)) or 'none'} of the "
-                                 f"grouped algorithms' own hyperparameters: trained {by}, not {setup.algo}")
+        check_bare_zip(setup, given, path)
 
 
-def own_hyperparameters(algo_cls: type) -> frozenset[str]:
-    """The constructor arguments a grouped algorithm adds to :class:`~agents.base.GroupAlgorithm`'s
-    (TPO: ``eta``, ``anchor``), which its zip holds as every SB3 model saves its attributes."""
-    import inspect
-
-    from agents.base import GroupAlgorithm
-
-    def names(init: Any) -> set[str]:
-        return {p.name for p in inspect.signature(init).parameters.values() if p.kind is not p.VAR_KEYWORD}
-
-    return frozenset(names(algo_cls.__init__) - names(GroupAlgorithm.__init__))
-
-
-def zip_algorithms(path: str) -> tuple[frozenset[str], list[str]]:
-    """The algorithm-specific hyperparameters the grouped-algorithm zip at ``path`` holds, and the
-    registered grouped algorithms with exactly those."""
-    import json
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            saved = set(json.loads(archive.read("data")))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
-        raise hp.ConfigError(f"cannot load --trained-agent {path}: {hp.one_line(err)}") from err
-    grouped = [name for name in registry.ALGOS if name not in registry.EXTERNAL_ALGOS]
-    own = {name: own_hyperparameters(registry.get_algo(name)) for name in grouped}
-    held = frozenset(saved & set().union(*own.values()))
-    return held, [name for name in grouped if own[name] == held]
+def check_bare_zip(setup: RunSetup, given: str, path: str) -> None:
+    """A zip outside a run folder holds the grouped algorithm's own hyperparameters (TPO: ``eta``,
+    ``anchor``: :func:`agents.base_class.check_saved_by`); else a one-line error naming the algorithms
+    whose zips hold what it holds."""
+    attributes = saved_attributes(path)
+    if attributes is None:
+        raise hp.ConfigError(f"cannot load --trained-agent {path}: it is not a readable model zip")
+    held, classes = saved_by(attributes)
+    if held != saved_by(own_hyperparameters(setup.algo_cls))[0]:
+        grouped = [name for name in registry.ALGOS if name not in registry.EXTERNAL_ALGOS]
+        algos = [name for name in grouped if registry.get_algo(name) in classes]
+        by = f"by one of {', '.join(algos)}" if algos else "by another algorithm"
+        raise hp.ConfigError(f"--trained-agent {given} holds {', '.join(sorted(held)) or 'none'} of the "
+                             f"grouped algorithms' own hyperparameters: trained {by}, not {setup.algo}")
 
 
 def run_folder(log_folder: str, algo: str, env_name: str, unique: bool = False) -> str:
@@ -371,9 +360,36 @@ def build_model(setup: RunSetup, env: Any) -> Any:
     except hp.ConfigError:
         raise
     except HyperparameterError as err:
-        raise hp.value_error(err, setup.origins) from err
-    except (ValueError, AssertionError, TypeError) as err:
-        raise hp.ConfigError(f"{setup.algo}: {err}") from err
+        raise hp.value_error(err, hp.Hyperparams(setup.values, setup.origins)) from err
+    except (ValueError, AssertionError, TypeError, RuntimeError) as err:
+        raise build_error(setup, err) from err
+
+
+def build_error(setup: RunSetup, err: Exception) -> hp.ConfigError:
+    """The one-line error of a model the constructor could not build; a failure inside the policy's
+    network (``policy_kwargs:"dict(d_model=-1)"``: torch's negative dimension) names ``policy_kwargs``,
+    as written, and where it was set."""
+    if fails_in_policy(err) and "policy_kwargs" in setup.values:
+        written, origin = setup.values["policy_kwargs"], setup.origins.get("policy_kwargs")
+        return hp.ConfigError(f"{setup.algo}: policy_kwargs={written!r} (in {origin}) does not build the "
+                              f"policy: {hp.one_line(err)}")
+    first = str(err).strip().splitlines()
+    return hp.ConfigError(f"{setup.algo}: {first[0] if first else type(err).__name__}")
+
+
+def fails_in_policy(err: Exception) -> bool:
+    """Whether ``err`` comes from building the policy: raised inside a torch module (the policy or its
+    network) or by the policy class's call (``TransformerSoftmaxPolicy.__init__() got an unexpected
+    keyword argument``)."""
+    import traceback
+
+    import torch
+
+    frames = [frame for frame, _ in traceback.walk_tb(err.__traceback__)]
+    if any(isinstance(frame.f_locals.get("self"), torch.nn.Module) for frame in frames):
+        return True
+    policy_class = getattr(frames[-1].f_locals.get("self"), "policy_class", None) if frames else None
+    return isinstance(policy_class, type) and str(err).startswith(f"{policy_class.__name__}.")
 
 
 def tensorboard_dir(setup: RunSetup) -> str | None:
@@ -522,19 +538,6 @@ def new_run_folder(path: str) -> Iterator[None]:
         raise
 
 
-def steps_per_update(model: Any) -> int | None:
-    """Env steps between two updates: a grouped algorithm's collection, an on-policy SB3 algorithm's
-    ``n_steps * n_envs``; None for the others (off-policy: their ``log_interval`` counts episodes)."""
-    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-
-    mode = getattr(model, "mode", None)
-    if mode is not None and getattr(model, "env", None) is not None and hasattr(model, "vector_env"):
-        return int(mode.steps_per_collect(model.vector_env))
-    if isinstance(model, OnPolicyAlgorithm):
-        return int(model.n_steps * model.n_envs)
-    return None
-
-
 def default_log_interval(n_timesteps: int, steps: int) -> int:
     """Updates between two printed tables so that a run prints about :data:`MAX_TABLES` of them."""
     n_updates = -(-n_timesteps // max(steps, 1))
@@ -549,7 +552,7 @@ def set_up_logger(setup: RunSetup, model: Any, learn_kwargs: dict[str, Any]) -> 
     from stable_baselines3.common.utils import configure_logger
 
     args = setup.args
-    steps = steps_per_update(model)
+    steps = cb.steps_per_update(model)
     if steps is None:  # an off-policy SB3 algorithm: its own logger and log_interval (episodes)
         if args.log_interval > 0:
             learn_kwargs["log_interval"] = args.log_interval
@@ -595,12 +598,15 @@ def train_run(setup: RunSetup, argv: list[str]) -> TrainResult:
     parts: RunParts | None = None
     table = None
     interrupted = False
+    trained = cb.TrainedSteps()  # Ctrl-C saves the model at the steps it trained on
     tracked = tracking.start(args, run_args(setup)) if args.track else None
     try:
         with new_run_folder(setup.save_path):  # a failed start removes it again (and frees its number)
             parts = assemble(setup, stats, model)
             write_run_files(setup, argv, parts.model)
-            learn_kwargs = parts.learn_kwargs(setup.n_timesteps, build_callbacks(setup, parts.eval_env))
+            callbacks = [trained, *build_callbacks(setup, parts.eval_env)]
+            cb.warn_never_firing(parts.model, callbacks, setup.n_timesteps)  # a YAML callback counting calls
+            learn_kwargs = parts.learn_kwargs(setup.n_timesteps, callbacks)
             learn_kwargs.update(tb_log_name=setup.algo.upper(), reset_num_timesteps=not args.trained_agent)
             table = set_up_logger(setup, parts.model, learn_kwargs)
         announce(setup)
@@ -609,7 +615,7 @@ def train_run(setup: RunSetup, argv: list[str]) -> TrainResult:
             model.learn(**learn_kwargs)
         except KeyboardInterrupt:
             interrupted = True
-            print("Interrupted: saving the model")
+            print(trained.rewind())
         if table is not None:
             table.flush_last()
         path = cb.atomic_save(model, os.path.join(setup.save_path, f"{setup.env_name}.zip"))

@@ -51,7 +51,7 @@ done
 # 2. TargetPOTrainer with vLLM colocated (3 steps of the letter-counting recipe).
 start=$(date +%s)
 timeout 200 python -m agents.integrations.trl_train --config configs/trl/smollm2_letter_counting.yaml \
-  --model "$MODEL" --use_cpu false --bf16 true --use_vllm true --vllm_mode colocate \
+  --model "$MODEL" --use_cpu false --bf16 true --use_vllm true --vllm_importance_sampling_correction false --vllm_mode colocate \
   --vllm_gpu_memory_utilization 0.3 --max_steps 3 --report_to none --output_dir "$OUT/trl" > "$OUT/trl.log" 2>&1
 status=$?
 note "TargetPOTrainer + vLLM colocate: exit $status in $(( $(date +%s) - start )) s; last metrics:"

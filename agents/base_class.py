@@ -193,6 +193,8 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.skip_batches_without_signal = skip_batches_without_signal
         #: Batches collected in which no group carried signal (``train/batches_without_signal``).
         self.batches_without_signal = 0
+        #: The class that saved a zip (``load`` refuses a zip of another class, see :func:`check_saved_by`).
+        self.algorithm_class = type(self).__name__
         self.mode_kwargs = dict(mode_kwargs or {})
         self.n_seeds = n_seeds
         self._validate()  # before anything is built or printed
@@ -555,9 +557,9 @@ def own_hyperparameters(algo_class: type) -> frozenset[str]:
     return frozenset(names - base)
 
 
-def saved_attributes(path: Any) -> frozenset[str] | None:
-    """The attribute names in the ``data`` of the SB3 zip at ``path`` (a path or an open binary file),
-    or None where it cannot be read (SB3's ``load`` then says why)."""
+def saved_data(path: Any) -> dict[str, Any] | None:
+    """The ``data`` (attributes, as JSON) of the SB3 zip at ``path`` (a path or an open binary file), or
+    None where it cannot be read (SB3's ``load`` then says why)."""
     try:
         start = path.tell() if hasattr(path, "tell") else None
         with zipfile.ZipFile(path) as archive:
@@ -566,7 +568,13 @@ def saved_attributes(path: Any) -> frozenset[str] | None:
             path.seek(start)
     except (OSError, KeyError, ValueError, zipfile.BadZipFile):
         return None
-    return frozenset(data) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def saved_attributes(path: Any) -> frozenset[str] | None:
+    """The attribute names in the ``data`` of the SB3 zip at ``path``, or None where it cannot be read."""
+    data = saved_data(path)
+    return None if data is None else frozenset(data)
 
 
 def saved_by(attributes: frozenset[str]) -> tuple[frozenset[str], list[type]]:
@@ -584,14 +592,19 @@ def check_saved_by(algo_class: type, path: Any) -> None:
     """Refuse, with a one-line ``ValueError`` naming both classes, a zip that ``algo_class`` did not
     save: a zip of another grouped algorithm (its own hyperparameters differ: a TPO zip holds ``eta`` and
     ``anchor``, a GRPO zip ``beta``, ``clip_range`` and ``mask_zero_variance``) or of another library's
-    algorithm (no ``group_mode``). A zip that cannot be read is left to SB3's ``load``."""
-    attributes = saved_attributes(path)
-    if attributes is None:
+    algorithm (no ``group_mode``); a zip that records its class (``algorithm_class``) is refused by that
+    name, which also tells apart the algorithms with the same hyperparameters (DG and GroupPG, PG and CE).
+    A zip that cannot be read is left to SB3's ``load``."""
+    data = saved_data(path)
+    if data is None:
         return
-    name = algo_class.__name__
+    attributes, name = frozenset(data), algo_class.__name__
     if "group_mode" not in attributes:
         raise ValueError(f"cannot load {path} as {name}: it was saved by an algorithm that is not a grouped "
                          "algorithm (it holds no group_mode): load it with its own class")
+    saver = data.get("algorithm_class")
+    if isinstance(saver, str) and saver != name:
+        raise ValueError(f"cannot load {path} as {name}: it was saved by {saver}; load it with {saver}.load")
     held, classes = saved_by(attributes)
     expected = saved_by(own_hyperparameters(algo_class))[0]
     if held != expected:

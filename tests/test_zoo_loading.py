@@ -5,7 +5,9 @@ that another algorithm saved."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -76,22 +78,43 @@ def test_a_run_killed_while_saving_is_pointed_at_its_checkpoints(run: Path) -> N
     assert main([*argv, "--load-last-checkpoint"])["model"] == str(killed / "rl_model_48_steps.zip")
 
 
+def without_class(source: Path, target: Path) -> Path:
+    """A copy of an SB3 zip without its ``algorithm_class`` attribute, as zips saved before it was kept."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            content = old.read(item.filename)
+            if item.filename == "data":
+                data = json.loads(content)
+                data.pop("algorithm_class")
+                content = json.dumps(data).encode()
+            new.writestr(item, content)
+    return target
+
+
 def test_load_refuses_a_zip_of_another_algorithm(run: Path, tmp_path: Path) -> None:
     zip_path = run / f"{ENV_DIR}.zip"
     assert TPO.load(zip_path).num_timesteps == 48
-    for other, holds in ((GRPO, "beta, clip_range, mask_zero_variance"), (DG, "eta"), (PPO, "clip_range")):
+    for other in (GRPO, DG, PPO):
         with pytest.raises(ValueError) as err:
             other.load(zip_path)
-        assert str(err.value) == (f"cannot load {zip_path} as {other.__name__}: it was saved by TPO (it "
-                                  "holds anchor, eta of the grouped algorithms' own hyperparameters; a "
-                                  f"{other.__name__} zip holds {holds})")
+        assert str(err.value) == (f"cannot load {zip_path} as {other.__name__}: it was saved by TPO; load it "
+                                  "with TPO.load")
     group_pg = tmp_path / "group_pg.zip"
     GroupPG("TabularPolicy", "TPO/KArmedBandit-v0", env_kwargs={"n_arms": 4}, batch_size=4).save(group_pg)
+    with pytest.raises(ValueError, match="as DG: it was saved by GroupPG; load it with GroupPG.load"):
+        DG.load(group_pg)  # the same hyperparameters: told apart by the recorded class
+    older = without_class(zip_path, tmp_path / "older.zip")  # no recorded class: told by hyperparameters
+    for other, holds in ((GRPO, "beta, clip_range, mask_zero_variance"), (DG, "eta"), (PPO, "clip_range")):
+        with pytest.raises(ValueError) as err:
+            other.load(older)
+        assert str(err.value) == (f"cannot load {older} as {other.__name__}: it was saved by TPO (it "
+                                  "holds anchor, eta of the grouped algorithms' own hyperparameters; a "
+                                  f"{other.__name__} zip holds {holds})")
     with pytest.raises(ValueError, match="as TPO: it was saved by DG or GroupPG"):
-        TPO.load(group_pg)
+        TPO.load(without_class(group_pg, tmp_path / "older_group_pg.zip"))
     sb3_zip = tmp_path / "sb3_ppo.zip"
     SB3PPO("MlpPolicy", "CartPole-v1", n_steps=8, batch_size=8).save(sb3_zip)
     with pytest.raises(ValueError, match="as TPO: it was saved by an algorithm that is not a grouped"):
         TPO.load(sb3_zip)
-    with pytest.raises(ConfigError, match=f"^cannot load {zip_path} as GRPO: it was saved by TPO "):
+    with pytest.raises(ConfigError, match=f"^cannot load {zip_path} as GRPO: it was saved by TPO;"):
         main(["--algo", "grpo", "--model", str(zip_path), "-n", "2"])

@@ -160,6 +160,11 @@ def standardize(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
     error (K not a power of two).
     """
     centred, sigma = _centred_popstd(scores, -1)
+    return _scaled_where_signal(centred, sigma, threshold)
+
+
+def _scaled_where_signal(centred: torch.Tensor, sigma: torch.Tensor, threshold: float) -> torch.Tensor:
+    """u = c / sigma where sigma > threshold, else exactly 0 (a group without signal)."""
     signal = sigma > threshold
     return torch.where(signal, centred / torch.where(signal, sigma, torch.ones_like(sigma)), 0.0)
 
@@ -571,8 +576,7 @@ def masked_standardize(scores: torch.Tensor, valid: torch.Tensor, threshold: flo
     n = v.sum(-1, keepdim=True).clamp(min=1)
     centred = (scores - (scores * v).sum(-1, keepdim=True) / n) * v
     sigma = (centred.pow(2).sum(-1, keepdim=True) / n).sqrt()
-    signal = sigma > threshold
-    return torch.where(signal, centred / torch.where(signal, sigma, torch.ones_like(sigma)), 0.0)
+    return _scaled_where_signal(centred, sigma, threshold)
 
 
 def masked_log_softmax(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

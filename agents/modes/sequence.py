@@ -37,9 +37,13 @@ class SequenceMode(EpisodeMode):
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Episodes | None:
         return self.rescore_old_policy(policy, collect_episodes(env, policy, self.group_size, on_step))
 
+    @staticmethod
+    def group_scores(batch: Episodes) -> th.Tensor:
+        """s[b, i] = mean_t r[b, i, t], ``[B, K]``."""
+        return batch.token_rewards.mean(-1).reshape(batch.n_contexts, batch.group_size)
+
     def has_signal(self, batch: Episodes, view: str) -> bool:
-        scores = batch.token_rewards.mean(-1).reshape(batch.n_contexts, batch.group_size)
-        return not bool(losses.zero_variance_groups(scores).all())
+        return not bool(losses.zero_variance_groups(self.group_scores(batch)).all())
 
     def group_view(self, batch: Episodes, log_probs: th.Tensor) -> GroupView:
         shape = (batch.n_contexts, batch.group_size)
@@ -51,5 +55,5 @@ class SequenceMode(EpisodeMode):
         return GroupView(
             sequence_logscores(log_probs),
             sequence_logscores(batch.old_log_probs),
-            batch.token_rewards.mean(-1).reshape(shape),
+            self.group_scores(batch),
         )

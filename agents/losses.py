@@ -509,14 +509,6 @@ def k3_kl(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Te
 
 
 @torch.no_grad()
-def effective_group_size(logscores: torch.Tensor) -> torch.Tensor:
-    """exp(H(p)) of p = softmax_K(L) per group ``[..., K]``, averaged over groups: K for a uniform
-    group, 1 when one candidate takes all the mass (then the TPO target equals p_old)."""
-    log_p = log_softmax_last(logscores)
-    return torch.exp(-(log_p.exp() * log_p).sum(-1)).mean()
-
-
-@torch.no_grad()
 def group_diagnostics(scores: torch.Tensor) -> dict[str, torch.Tensor]:
     """Fractions of the groups ``[..., K]`` where every candidate failed (no score > 0) and where the
     scores carry no signal (popstd_K s <= 1e-6), the all-fail and zero-variance diagnostics.

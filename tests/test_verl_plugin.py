@@ -131,7 +131,8 @@ def test_loss_and_gradient_equal_agents_losses(logscore, eta):
     torch.testing.assert_close(loss, ref, atol=1e-6, rtol=0)
     torch.testing.assert_close(log_prob.grad, ref_log_prob.grad, atol=1e-6, rtol=0)
     old_scores = L.sequence_logscores(b["old"], b["mask"], logscore).view(G, K)
-    effective = L.effective_group_size(old_scores).item()
+    log_p = torch.log_softmax(old_scores, -1)
+    effective = torch.exp(-(log_p.exp() * log_p).sum(-1)).mean().item()  # exp(H(p_old)), mean over groups
     assert metrics["actor/tpo_effective_group_size"] == pytest.approx(effective)
     assert metrics["actor/tpo_zero_variance_frac"] == pytest.approx(2 / G)  # the 0s and the 0.3s
     assert metrics["actor/tpo_eta"] == eta

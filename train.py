@@ -3,7 +3,7 @@
 Example: ``python train.py --algo tpo --env TokenReversal --hyperparams zoo_configs/``
 """
 
-from agents.zoo import main
+from tpo_agents.zoo import main
 
 if __name__ == "__main__":
     main()

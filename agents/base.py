@@ -2,7 +2,7 @@
 
 :class:`GroupAlgorithm` is the loop only (SB3's ``on_policy_algorithm.py``); the settings, the
 collection mode, the owned env, populations, ``load`` and ``predict`` are those of
-:class:`agents.base_class.GroupBaseAlgorithm`.
+:class:`tpo_agents.base_class.GroupBaseAlgorithm`.
 A subclass states its hyperparameters and its loss on one or more views of a batch (``group_loss``,
 ``sample_loss``, ``exact_loss``); the mode decides which view it gets.
 """
@@ -20,8 +20,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
-from agents.base_class import EnvLike, GroupBaseAlgorithm, env_id_and_kwargs, model_zip_path
-from agents.engine import fused_collector, wants_rollout_metrics, wants_train_diagnostics
+from tpo_agents.base_class import EnvLike, GroupBaseAlgorithm, env_id_and_kwargs, model_zip_path
+from tpo_agents.engine import fused_collector, wants_rollout_metrics, wants_train_diagnostics
 
 __all__ = ["EnvLike", "GroupAlgorithm", "env_id_and_kwargs", "model_zip_path"]
 
@@ -33,7 +33,7 @@ LAST_EPOCH_STATS = ("clip_fraction",)
 class GroupAlgorithm(GroupBaseAlgorithm):
     """The learn loop of TPO, GRPO, DG, PPO, PG, Group PG and CE: collect a batch of groups in the
     algorithm's collection mode, take ``n_epochs`` optimizer steps of its loss on it, log; repeat.
-    The constructor's parameters are :class:`~agents.base_class.GroupBaseAlgorithm`'s."""
+    The constructor's parameters are :class:`~tpo_agents.base_class.GroupBaseAlgorithm`'s."""
 
     def learn(
         self,
@@ -128,7 +128,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         A mode may split a batch into parts of whole groups (the text mode's micro-batches); each
         part's loss is weighted by its share of the batch and the gradients accumulate, so one
         optimizer step sees the full-batch gradient. Logged stats are the parts' weighted means.
-        A batch in which no group carries signal (:meth:`~agents.modes.CollectionMode.has_signal`) is
+        A batch in which no group carries signal (:meth:`~tpo_agents.modes.CollectionMode.has_signal`) is
         counted (``train/batches_without_signal``) and, with ``skip_batches_without_signal``, not trained
         on. ``diagnostics=False`` skips the ``train/`` diagnostics (the loss's stats, the gradient norm, the
         KL to pi_old after the update), which change no parameter: the learn loop of a fused collector
@@ -179,7 +179,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
     @th.no_grad()
     def kl_after_update(self, batch: Any) -> float:
         """KL(pi_old || pi_theta) at the parameters after the update's last optimizer step, the mode's
-        estimate (:meth:`~agents.modes.CollectionMode.approx_kl`) weighted over the batch's parts:
+        estimate (:meth:`~tpo_agents.modes.CollectionMode.approx_kl`) weighted over the batch's parts:
         sum_parts w_part KL_part, from one forward without gradient. Unlike a KL taken during the epochs,
         it moves with a single epoch (at the first epoch's forward pi_theta = pi_old and the KL is 0)."""
         return sum(weight * float(self.mode.approx_kl(part, self.mode.log_probs(self.policy, part)))

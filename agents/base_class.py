@@ -1,18 +1,23 @@
 """The base of every grouped algorithm below its learn loop, as SB3 splits ``base_class.py`` from
 ``on_policy_algorithm.py``: the settings and their checks, the choice of the collection mode, the env the
-algorithm owns, building the policy (a population of ``n_seeds`` members: :mod:`agents.populations`),
+algorithm owns, building the policy (a population of ``n_seeds`` members: :mod:`tpo_agents.populations`),
 ``set_env``, ``load``, ``predict`` and what is saved.
 
 ``GroupBaseAlgorithm`` follows Stable-Baselines3's ``BaseAlgorithm`` contract. It owns its env: given an
 env id (and kwargs), it builds the natively batched ``tpo_gym`` vector env of exactly the size its
-collection mode needs (``agents.modes``), once. The learn loop is :class:`agents.base.GroupAlgorithm`'s.
+collection mode needs (``tpo_agents.modes``), once. The learn loop is
+:class:`tpo_agents.base.GroupAlgorithm`'s.
 """
 
 from __future__ import annotations
 
+import base64
 import inspect
+import io
 import json
 import os
+import pickle
+import re
 import sys
 import time
 import zipfile
@@ -30,11 +35,14 @@ from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spac
 from stable_baselines3.common.vec_env import VecEnv
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-from agents import checks
-from agents.modes import DEFAULT_GROUP_SIZE, MODES, VIEWS, CollectionMode, EnvTraits, make_mode
-from agents.policies import GroupPolicy, MlpPolicy, TabularPolicy, TransformerPolicy
-from agents.populations import make_population
+from tpo_agents import checks
+from tpo_agents.modes import DEFAULT_GROUP_SIZE, MODES, VIEWS, CollectionMode, EnvTraits, make_mode
+from tpo_agents.policies import GroupPolicy, MlpPolicy, TabularPolicy, TransformerPolicy
+from tpo_agents.populations import make_population
 from tpo_gym.sb3 import SB3VecEnv
+
+OLD_IMPORT_NAME = "agents"
+"""The package's import name in zips saved before it became ``tpo_agents``."""
 
 MATCHES = ("prompts", "interactions")
 
@@ -83,7 +91,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         where the mode uses K, else 1 (single mode matched by prompts, population mode).
     :param n_epochs: optimizer steps on each batch, with targets and old log-probs frozen.
     :param group_mode: ``token``, ``sequence``, ``single``, ``population`` or ``text`` (see
-        ``agents.modes``); default: the env's natural mode for this algorithm (:meth:`natural_mode`:
+        ``tpo_agents.modes``); default: the env's natural mode for this algorithm (:meth:`natural_mode`:
         single on the k-armed bandit and MNIST, population on the multi-context bandit where the
         algorithm has it, token on the dense-reward token tasks, sequence on terminal-reward ones,
         text on the text envs). An explicit value always wins.
@@ -226,7 +234,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         #: Whether the current batch's ``rollout/`` values are computed (set by ``learn``: always on the
         #: generic path; with the engine for logged updates or when a callback asks).
         self.rollout_metrics = True
-        #: Whether ``learn`` uses the fused collection of :mod:`agents.engine` where one covers the
+        #: Whether ``learn`` uses the fused collection of :mod:`tpo_agents.engine` where one covers the
         #: policy and mode (False: always the generic mode path, the reference).
         self.use_engine = True
         if env is not None:
@@ -239,7 +247,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
         """SB3's alias lookup, with ``"LLMPolicy"`` imported on first use (transformers is heavy)."""
         if policy_name == "LLMPolicy":
-            from agents.policies.llm import LLMPolicy
+            from tpo_agents.policies.llm import LLMPolicy
 
             return LLMPolicy
         return super()._get_policy_from_name(policy_name)
@@ -261,7 +269,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
         The rule: among the modes of :attr:`mode_preference` that the algorithm supports and that
         collect from the env's class, the first whose ``is_natural_for`` holds for the env's
-        :class:`~agents.modes.EnvTraits` (episode length, dense or terminal ``reward``, enumerable
+        :class:`~tpo_agents.modes.EnvTraits` (episode length, dense or terminal ``reward``, enumerable
         contexts); else the first that ``can_collect`` from it. So TPO and GRPO take ``single`` on
         the k-armed bandit and MNIST, ``population`` on the multi-context bandit, ``token`` on the
         dense-reward token tasks, ``sequence`` on terminal-reward ones and ``text`` on the text envs;
@@ -297,7 +305,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         raise ValueError(f"{name} has no collection mode for {env_id!r}{given}: {needs}")
 
     def _validate(self) -> None:
-        """Check every hyperparameter's type and range (a :class:`~agents.checks.HyperparameterError`,
+        """Check every hyperparameter's type and range (a :class:`~tpo_agents.checks.HyperparameterError`,
         a ``ValueError`` naming the value and what is allowed); a subclass adds its own after these."""
         name = type(self).__name__
         checks.check_choice("group_mode", self.group_mode, self.supported_modes(), f" for {name}")
@@ -434,6 +442,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         """
         path = model_zip_path(path)
         check_saved_by(cls, path)
+        custom_objects = {**objects_under_old_name(saved_data(path) or {}), **(custom_objects or {})}
         model = super().load(
             path, env=None, device=device, custom_objects=custom_objects,
             print_system_info=print_system_info, force_reset=force_reset, **kwargs,
@@ -448,14 +457,14 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
     def save(self, path: str | os.PathLike | Any, exclude: Any = None, include: Any = None) -> None:
         """SB3's ``save``. A language-model policy saved to a path is saved as
-        :func:`agents.policies.llm_checkpoint.save_llm` saves it: its weights as a ``save_pretrained``
+        :func:`tpo_agents.policies.llm_checkpoint.save_llm` saves it: its weights as a ``save_pretrained``
         folder ``<name>.hf`` beside a small zip (no weights, no optimizer moments), which ``load`` and
         ``AutoModelForCausalLM.from_pretrained`` read; call ``save_llm(model, path, optimizer=True)`` to
         keep AdamW's state. Any other policy, or an open file, gets SB3's zip."""
-        llm = sys.modules.get("agents.policies.llm")  # loaded whenever a policy is an LLMPolicy
+        llm = sys.modules.get("tpo_agents.policies.llm")  # loaded whenever a policy is an LLMPolicy
         if (llm is not None and isinstance(self.policy, llm.LLMPolicy) and isinstance(path, str | os.PathLike)
                 and not getattr(self.policy, "_weights_elsewhere", False)):
-            from agents.policies.llm_checkpoint import save_llm
+            from tpo_agents.policies.llm_checkpoint import save_llm
 
             save_llm(self, path)
             return
@@ -571,6 +580,30 @@ def saved_data(path: Any) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+class _RenamedModuleUnpickler(pickle.Unpickler):
+    """Unpickles a reference to ``agents.<module>`` (the import name before ``tpo_agents``) as the same
+    object of ``tpo_agents.<module>``."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.split(".")[0] == OLD_IMPORT_NAME:
+            module = "tpo_agents" + module[len(OLD_IMPORT_NAME):]
+        return super().find_class(module, name)
+
+
+def objects_under_old_name(data: dict[str, Any]) -> dict[str, Any]:
+    """The values of a zip's ``data`` pickled while the package was imported as ``agents`` (a zip's
+    ``policy_class``), unpickled with their modules under ``tpo_agents``: ``load``'s ``custom_objects``, so
+    that such zips load where ``agents`` is another package (the OpenAI Agents SDK) or none."""
+    objects = {}
+    for key, value in data.items():
+        if not (isinstance(value, dict) and ":serialized:" in value):
+            continue
+        raw = base64.b64decode(value[":serialized:"].encode())
+        if re.search(rb"(?<![\w.])" + OLD_IMPORT_NAME.encode() + rb"\.", raw):
+            objects[key] = _RenamedModuleUnpickler(io.BytesIO(raw)).load()
+    return objects
+
+
 def saved_attributes(path: Any) -> frozenset[str] | None:
     """The attribute names in the ``data`` of the SB3 zip at ``path``, or None where it cannot be read."""
     data = saved_data(path)
@@ -578,12 +611,12 @@ def saved_attributes(path: Any) -> frozenset[str] | None:
 
 
 def saved_by(attributes: frozenset[str]) -> tuple[frozenset[str], list[type]]:
-    """Which grouped algorithm (``agents.__all__``) saved a zip holding ``attributes``: the algorithms'
+    """Which grouped algorithm (``tpo_agents.__all__``) saved a zip holding ``attributes``: the algorithms'
     own hyperparameters it holds, and the classes that hold exactly those (DG and GroupPG, PG and CE
     hold the same, so a zip of one loads as the other)."""
-    import agents
+    import tpo_agents
 
-    classes = [getattr(agents, name) for name in agents.__all__]
+    classes = [getattr(tpo_agents, name) for name in tpo_agents.__all__]
     held = attributes & frozenset().union(*map(own_hyperparameters, classes))
     return held, [klass for klass in classes if own_hyperparameters(klass) == held]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch as th
 
-from agents import losses
-from agents.base import GroupAlgorithm
-from agents.modes import ExactView
+from tpo_agents import losses
+from tpo_agents.base import GroupAlgorithm
+from tpo_agents.modes import ExactView
 
 
 class CE(GroupAlgorithm):

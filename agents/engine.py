@@ -26,7 +26,7 @@ forwards them once with gradient: ``L_old`` is that forward detached, and the fi
 forward itself (``first_log_probs``).
 
 The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's own loss from
-``agents.losses`` on the mode's views); with a fused collector the learn loop computes the ``train/``
+``tpo_agents.losses`` on the mode's views); with a fused collector the learn loop computes the ``train/``
 diagnostics (the loss's stats, the gradient norm, the KL to pi_old) and the batch's ``rollout/`` values
 only for updates whose logs are written (every ``log_interval``) or when a callback asks for them
 (``wants_train_diagnostics``, ``wants_rollout_metrics``).
@@ -45,12 +45,12 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.modes.population import PopulationMode
-from agents.modes.single import SingleMode
-from agents.policies.base import multinomial_rows
-from agents.policies.mlp import MlpSoftmaxPolicy
-from agents.policies.tabular import TabularSoftmaxPolicy
-from agents.rollout import Episodes, Population, TableSamples, collect_population
+from tpo_agents.modes.population import PopulationMode
+from tpo_agents.modes.single import SingleMode
+from tpo_agents.policies.base import multinomial_rows
+from tpo_agents.policies.mlp import MlpSoftmaxPolicy
+from tpo_agents.policies.tabular import TabularSoftmaxPolicy
+from tpo_agents.rollout import Episodes, Population, TableSamples, collect_population
 from tpo_gym.envs.mnist import MNISTBanditVectorEnv
 
 Collector = Callable[[BaseCallback], Any]
@@ -99,7 +99,7 @@ def fused_collector(model: Any) -> Collector | None:
 
 class TablePopulationCollector:
     """Population-mode batches of a logit table: every context of every member, exact rewards scored by
-    the env once (the first batch, :func:`agents.rollout.collect_population`), then
+    the env once (the first batch, :func:`tpo_agents.rollout.collect_population`), then
     ``L_old[m, c] = log_softmax(z[m, c])`` from the table, computed once with gradient for the first
     epoch; the batch equals the generic path's."""
 

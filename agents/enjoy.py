@@ -1,6 +1,6 @@
-"""``python -m agents.enjoy``: watch a trained agent, episode by episode (see :mod:`agents.zoo.enjoy`)."""
+"""``python -m tpo_agents.enjoy``: watch a trained agent, episode by episode (:mod:`tpo_agents.zoo.enjoy`)."""
 
-from agents.zoo.enjoy import cli, main
+from tpo_agents.zoo.enjoy import cli, main
 
 __all__ = ["cli", "main"]
 

@@ -1,6 +1,6 @@
-"""``python -m agents.evaluate``: the task error of a trained agent (see :mod:`agents.zoo.evaluate`)."""
+"""``python -m tpo_agents.evaluate``: the task error of a trained agent (:mod:`tpo_agents.zoo.evaluate`)."""
 
-from agents.zoo.evaluate import cli, main
+from tpo_agents.zoo.evaluate import cli, main
 
 __all__ = ["cli", "main"]
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch as th
 
-from agents import checks, losses
-from agents.base import GroupAlgorithm
-from agents.modes import SampleView
+from tpo_agents import checks, losses
+from tpo_agents.base import GroupAlgorithm
+from tpo_agents.modes import SampleView
 
 
 class PPO(GroupAlgorithm):

@@ -1,4 +1,4 @@
-"""Batched stepping for the collection modes (``agents.modes``): a ``tpo_gym`` vector env and a policy
+"""Batched stepping for the collection modes (``tpo_agents.modes``): a ``tpo_gym`` vector env and a policy
 in, tensors out.
 
 * ``collect_token_groups``  (token mode): one behaviour trajectory per context; at each prefix
@@ -24,9 +24,9 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
-from agents.losses import is_action_major
-from agents.policies.base import member_of_rows, multinomial_rows
-from agents.policies.protocols import ActionPolicy, SequencePolicy
+from tpo_agents.losses import is_action_major
+from tpo_agents.policies.base import member_of_rows, multinomial_rows
+from tpo_agents.policies.protocols import ActionPolicy, SequencePolicy
 
 StepHook = Callable[[int], bool]
 """Called after every env step with the number of interactions it made; False stops collection."""
@@ -86,7 +86,7 @@ class Population:
 @dataclass
 class TableSamples:
     """B sampled actions per member from a one-context logit table (the k-armed bandit in single mode,
-    ``agents.engine.TableSingleCollector``): the batch of ``Episodes`` with T = 1 without its
+    ``tpo_agents.engine.TableSingleCollector``): the batch of ``Episodes`` with T = 1 without its
     ``[S*B, A]`` copies of the one row per member, which the single mode's views gather from instead.
 
     ``token_rewards`` and ``returns`` are as in ``Episodes`` (member-major rows, so the episode modes'
@@ -289,7 +289,7 @@ def _run_episodes(
 
 def stack_steps(values: list[th.Tensor]) -> th.Tensor:
     """``th.stack(values, dim=1)``: per-step ``[N, ..., A]`` tensors as ``[N, T, ..., A]``, in the steps'
-    layout where they are action-major (:func:`agents.losses.is_action_major`: the log-probabilities of
+    layout where they are action-major (:func:`tpo_agents.losses.is_action_major`: the log-probabilities of
     a policy with few actions), so that the batch's sums over A round as the steps' own."""
     if not is_action_major(values[0]):
         return th.stack(values, dim=1)

@@ -7,7 +7,7 @@ For each group of K candidates with log-scores L and raw scores s:
 
 Groups are next-token candidates (token mode), whole episodes (sequence mode), the action set of a
 context scored from one sampled action (single mode: MNIST, tabular), or the exact action set
-(population mode: the multi-context bandit); see ``agents.modes``.
+(population mode: the multi-context bandit); see ``tpo_agents.modes``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import torch as th
 
-from agents import checks, losses
-from agents.base import GroupAlgorithm
-from agents.modes import GroupView
+from tpo_agents import checks, losses
+from tpo_agents.base import GroupAlgorithm
+from tpo_agents.modes import GroupView
 
 
 class TPO(GroupAlgorithm):
@@ -55,8 +55,8 @@ class TPO(GroupAlgorithm):
         return losses.tpo_loss(view.logscores, target), stats
 
     def _masked_group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
-        """TPO over each group's valid candidates (:func:`agents.losses.masked_tpo_loss`; the function
-        the TRL and verl paths reach through :func:`agents.losses.completion_tpo_loss`)."""
+        """TPO over each group's valid candidates (:func:`tpo_agents.losses.masked_tpo_loss`; the function
+        the TRL and verl paths reach through :func:`tpo_agents.losses.completion_tpo_loss`)."""
         loss, target = losses.masked_tpo_loss(view.logscores, view.old_logscores, view.scores, view.valid,
                                               self.eta, self.anchor)
         if not self.diagnostics:

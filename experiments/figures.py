@@ -1,5 +1,5 @@
 """The report's figure (``experiments.report``): one panel per (curve, variant), each method's seed mean
-+- s.e. (``agents.zoo.results.seed_mean_se``: population std / sqrt(n)) over the update axis, the
++- s.e. (``tpo_agents.zoo.results.seed_mean_se``: population std / sqrt(n)) over the update axis, the
 threshold as a dashed line, a log axis where the experiment asks for one; MNIST adds Fig. 5b's bars.
 """
 
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.zoo.results import seed_mean_se
 from experiments.core import Experiment
+from tpo_agents.zoo.results import seed_mean_se
 
 if TYPE_CHECKING:
     from experiments.report import Runs

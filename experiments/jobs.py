@@ -2,7 +2,7 @@
 agent built as the zoo builds it, trained for exactly its number of updates while a recorder records)
 and how its seeds' files are written (``write_results``, on the machine that launched it).
 
-A run builds the agent exactly as the zoo does (``agents.zoo.registry``: the class of the zoo name plus
+A run builds the agent exactly as the zoo does (``tpo_agents.zoo.registry``: the class of the zoo name plus
 the keyword arguments that define an ablation, then the run's own keyword arguments), on the env made
 by ``gymnasium.make(env_id, **env_kwargs)``, with ``seed=k`` (seeds torch, numpy and the env), and
 trains it for exactly ``n_updates`` updates (``learn(n_iterations=...)``). A job of S consecutive seeds
@@ -53,12 +53,12 @@ Job = tuple[Task, ...]
 
 def build_model(spec: RunSpec, seed: int, n_seeds: int = 1, device: str = "cpu") -> Any:
     """The agent of ``spec`` with ``seed`` (and ``n_seeds`` members: seeds ``seed .. seed + n_seeds - 1``),
-    built by the zoo's registry (:func:`agents.zoo.registry.make_agent`: the class of the name plus the
+    built by the zoo's registry (:func:`tpo_agents.zoo.registry.make_agent`: the class of the name plus the
     settings that define an ablation, a contradiction refused)."""
     import gymnasium as gym
 
     import tpo_gym  # noqa: F401  (registers the envs)
-    from agents.zoo.registry import make_agent
+    from tpo_agents.zoo.registry import make_agent
 
     env = gym.make(spec.env_id, **spec.env_kwargs)
     return make_agent(spec.algo, spec.policy, env, seed=seed, n_seeds=n_seeds, device=device, **spec.kwargs)
@@ -73,7 +73,7 @@ def batching(specs: list[RunSpec]) -> list[str]:
     (``supports_members``; a policy the algorithm loads by name on first use, ``LLMPolicy``, has none),
     ``"whole"`` where a population costs little more than one member (``members_amortize``: the table,
     the MLP), ``"shares"`` where it costs about its members' sum (the transformer). Imports the agents."""
-    from agents.zoo.registry import get_algo
+    from tpo_agents.zoo.registry import get_algo
 
     kinds = []
     for spec in specs:
@@ -115,14 +115,14 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     is the job's wall time over its seeds, so that per-seed figures stay comparable; ``cpu_s`` and
     ``batch_cpu_s`` the same of the process's CPU time (one thread: the job's cost whatever else shares
     the machine, or however long the job was suspended); ``code`` is the
-    code commit to record (default: this checkout's, :func:`agents.provenance.code_version`). The
+    code commit to record (default: this checkout's, :func:`tpo_agents.provenance.code_version`). The
     curves are those the experiment's report reads (``Task.curves``).
     """
     import torch
 
-    from agents.allocator import keep_freed_memory
-    from agents.provenance import code_version
     from experiments.recorders import RECORDERS
+    from tpo_agents.allocator import keep_freed_memory
+    from tpo_agents.provenance import code_version
 
     first, spec = job[0], job[0].spec
     if [t.seed for t in job] != list(range(first.seed, first.seed + len(job))) or any(

@@ -47,9 +47,9 @@ def _start_worker() -> None:
     """A worker imports what a job needs as it starts (the agents' learn loop, the envs, the recorders:
     torch alone takes seconds), so that the workers import side by side while one of them checks which
     runs batch, and the parent never imports them."""
-    import agents.base  # noqa: F401
-    import agents.zoo.registry  # noqa: F401
     import experiments.recorders  # noqa: F401
+    import tpo_agents.base  # noqa: F401
+    import tpo_agents.zoo.registry  # noqa: F401
     import tpo_gym  # noqa: F401
 
 

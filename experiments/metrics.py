@@ -1,6 +1,6 @@
 """The paper's summary statistics and the MNIST mechanism diagnostics as pure functions.
 
-* Curves and finals are the seed mean +- s.e. of ``agents.zoo.results.seed_mean_se`` (population std /
+* Curves and finals are the seed mean +- s.e. of ``tpo_agents.zoo.results.seed_mean_se`` (population std /
   sqrt(n), as the paper's figures): the one definition, shared with the zoo's plots.
 * ``steps_to``: "steps to X% error" (Tables 1, 2, 5) = the first x (0-based episode, or MNIST evaluation
   label) at which the **seed-mean** curve is below the threshold, unsmoothed; ``None`` ("never") if it
@@ -22,7 +22,7 @@
 * ``mechanism``: the MNIST "surplus" of an update direction over its scalar one-vs-rest surrogate
   (Fig. 5b, App. C).
 
-The misalignment of the bandit figures is ``agents.losses.cosine_misalignment``.
+The misalignment of the bandit figures is ``tpo_agents.losses.cosine_misalignment``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.zoo.results import seed_mean_se
+from tpo_agents.zoo.results import seed_mean_se
 
 LAMBDA_TPO = math.exp(10.0 / 3.0)
 """TPO's odds factor on a 10-class one-hot score: exp(3 - (-1/3)) (App. B, C)."""

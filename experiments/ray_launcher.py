@@ -70,7 +70,7 @@ class RayLauncher:
 
     def open(self, n_todo: int) -> None:
         ray = _ray()
-        from agents.provenance import code_version
+        from tpo_agents.provenance import code_version
 
         if not ray.is_initialized():
             runtime_env = ({"working_dir": str(PROJECT), "excludes": NOT_SHIPPED}

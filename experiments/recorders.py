@@ -34,8 +34,8 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.losses import softmax_last
 from experiments.metrics import mechanism
+from tpo_agents.losses import softmax_last
 
 ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean", "rollout/mean_score", "rollout/format_rate",
                 "rollout/completion_length", "rollout/effective_group_size", "rollout/logscore_spread",
@@ -85,7 +85,7 @@ class CurveRecorder(BaseCallback):
     """Record per-update curves of every member (never stops training)."""
 
     wants_train_diagnostics = True
-    """Ask the fused engine for every update's ``train/`` diagnostics (``agents.engine``); the runner
+    """Ask the fused engine for every update's ``train/`` diagnostics (``tpo_agents.engine``); the runner
     turns it off where the seed file keeps none (``experiments.jobs.needs_train_diagnostics``)."""
     wants_rollout_metrics = True
     """Ask the fused engine for every batch's ``rollout/`` values (``error`` is the batch's task error)."""
@@ -192,7 +192,7 @@ class MemberCosines:
     The vectors lie as member-major rows ``[S, 2, ...]`` with the other axes in ``like``'s memory order
     (an action-major table's actions outer: writing a like-laid-out tensor copies blocks), so the three
     sums of every member are one batched Gram matrix ``[g1; g2] [g1; g2]^T`` in float64, with the 1e-12
-    guards of ``agents.losses.cosine_misalignment``. A recorder keeps one and rewrites it every update."""
+    guards of ``tpo_agents.losses.cosine_misalignment``. A recorder keeps one and rewrites it every update."""
 
     def __init__(self, like: th.Tensor) -> None:
         order = [0, *sorted(range(1, like.dim()), key=lambda d: -like.stride(d))]

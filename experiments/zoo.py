@@ -1,6 +1,6 @@
 """The experiments' hyperparameters come from the zoo: ``zoo_configs/<algo>.yml``, the entry of the env id
-(or ``default``), read by ``agents.zoo.hyperparams.load_hyperparams`` as ``python train.py`` reads it,
-with the keyword arguments that define an ablation (``agents.zoo.registry.defining_settings``).
+(or ``default``), read by ``tpo_agents.zoo.hyperparams.load_hyperparams`` as ``python train.py`` reads it,
+with the keyword arguments that define an ablation (``tpo_agents.zoo.registry.defining_settings``).
 
 An experiment adds only what it varies (V, H, K, eta, the reward type, the target logic, the matching,
 the grouping level, a swept batch size, ...) through :func:`zoo_run`. The zoo-only keys (``n_timesteps``,
@@ -15,8 +15,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from agents.zoo.hyperparams import PROJECT_CONFIGS
 from experiments.core import RunSpec
+from tpo_agents.zoo.hyperparams import PROJECT_CONFIGS
 
 ZOO_CONFIGS = PROJECT_CONFIGS
 """The project's ``zoo_configs/`` folder (the single source of the paper's settings)."""
@@ -24,7 +24,7 @@ ZOO_CONFIGS = PROJECT_CONFIGS
 
 @functools.cache
 def _load(configs: str, algo: str, env_id: str) -> dict[str, Any]:
-    from agents.zoo.hyperparams import load_hyperparams
+    from tpo_agents.zoo.hyperparams import load_hyperparams
 
     return load_hyperparams([configs], algo, env_id, verbose=0).values
 
@@ -42,8 +42,8 @@ def zoo_run(algo: str, env_id: str, n_updates: int, env_kwargs: dict[str, Any] |
     Raises ``ValueError`` if the YAML file or ``kwargs`` contradict the setting that defines an ablation
     (e.g. ``n_epochs`` of ``tpo_1ep``), as the zoo does.
     """
-    from agents.zoo.hyperparams import algo_kwargs, evaluated
-    from agents.zoo.registry import defining_settings
+    from tpo_agents.zoo.hyperparams import algo_kwargs, evaluated
+    from tpo_agents.zoo.registry import defining_settings
 
     values = zoo_hyperparams(algo, env_id, configs)
     constructor = {**algo_kwargs(values), **kwargs}

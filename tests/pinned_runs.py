@@ -6,7 +6,7 @@ Each run trains a small copy of a paper setting and records, per update, the tas
 a refactor must reproduce them for the same seeds, within :func:`tolerance`. The population-mode runs
 (no sampling) are still those of the code before the core was reshaped into mode objects; the sampled
 runs were re-pinned when sampling became inverse-CDF (one uniform per draw,
-``agents.policies.base.multinomial_rows``), which changes every sampled action for a given seed but not
+``tpo_agents.policies.base.multinomial_rows``), which changes every sampled action for a given seed but not
 the distribution the actions are drawn from.
 
 Why only the first few updates, and why a tolerance: training is chaotic, so the round-off of a
@@ -32,7 +32,7 @@ import torch as th
 from stable_baselines3.common.logger import KVWriter, Logger
 
 import tpo_gym  # noqa: F401  (registers the envs)
-from agents.zoo.registry import get_algo
+from tpo_agents.zoo.registry import get_algo
 
 N_UPDATES = 20
 """Updates of the determinism runs (same seed twice, same machine: identical numbers)."""

@@ -11,8 +11,8 @@ import torch as th
 from stable_baselines3.common.logger import KVWriter, Logger, configure
 
 import tpo_gym  # noqa: F401
-from agents import DG, GRPO, PG, PPO, TPO, GroupPG, losses
-from agents.rollout import Population
+from tpo_agents import DG, GRPO, PG, PPO, TPO, GroupPG, losses
+from tpo_agents.rollout import Population
 
 th.set_num_threads(1)
 
@@ -255,7 +255,7 @@ class _NoCallback:
 
 
 def _single_batch(contexts: list[int], actions: list[int], rewards: list[float], n_actions: int):
-    from agents.rollout import Episodes
+    from tpo_agents.rollout import Episodes
 
     n = len(contexts)
     return Episodes(

@@ -1,4 +1,4 @@
-"""``agents.allocator``: glibc's malloc keeps freed blocks where the C library has ``mallopt``."""
+"""``tpo_agents.allocator``: glibc's malloc keeps freed blocks where the C library has ``mallopt``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ctypes
 
 import pytest
 
-from agents import allocator
+from tpo_agents import allocator
 
 
 class Recorder:

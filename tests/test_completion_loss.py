@@ -1,4 +1,4 @@
-"""The completion-level TPO loss of ``agents.losses`` (:func:`completion_tpo_loss` and its parts), against
+"""The completion-level TPO loss of ``tpo_agents.losses`` (:func:`completion_tpo_loss` and its parts), against
 values computed by hand: masked standardisation, masked group softmax, dropped (empty or truncated)
 rows, groups with fewer than two valid rows, the float32 rule and the reference-KL terms."""
 
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from agents import losses as L
+from tpo_agents import losses as L
 
 torch.set_num_threads(1)
 

@@ -16,11 +16,11 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
 import tpo_gym
-from agents import CE, DG, GRPO, PG, PPO, TPO, GroupPG
-from agents.base import GroupAlgorithm
-from agents.modes import MODES, EnvTraits
-from agents.policies.base import multinomial_rows
-from agents.zoo.registry import ALGOS, EXTERNAL_ALGOS, get_algo
+from tpo_agents import CE, DG, GRPO, PG, PPO, TPO, GroupPG
+from tpo_agents.base import GroupAlgorithm
+from tpo_agents.modes import MODES, EnvTraits
+from tpo_agents.policies.base import multinomial_rows
+from tpo_agents.zoo.registry import ALGOS, EXTERNAL_ALGOS, get_algo
 from tpo_gym.sb3 import make_sb3_vec_env
 
 th.set_num_threads(1)

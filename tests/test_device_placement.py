@@ -11,7 +11,7 @@ import pytest
 import torch as th
 
 import tpo_gym  # noqa: F401
-from agents.zoo.registry import make_agent
+from tpo_agents.zoo.registry import make_agent
 
 th.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""The fused collection (agents.engine) equals the generic mode path: same batches, same losses, same
+"""The fused collection (tpo_agents.engine) equals the generic mode path: same batches, same losses, same
 parameters, for every algorithm and population size it covers; diagnostics only where logged."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 
-import agents.engine as engine_module
+import tpo_agents.engine as engine_module
 import tpo_gym  # noqa: F401
-from agents.engine import (
+from tpo_agents.engine import (
     TablePopulationCollector,
     fused_collector,
     pixel_bytes,
     wants_rollout_metrics,
     wants_train_diagnostics,
 )
-from agents.zoo.registry import make_agent
+from tpo_agents.zoo.registry import make_agent
 
 th.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""Tests of ``python -m agents.enjoy``: watch a trained agent, episode by episode, in the terminal."""
+"""Tests of ``python -m tpo_agents.enjoy``: watch a trained agent, episode by episode, in the terminal."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.zoo.enjoy import FinalRender, main
-from agents.zoo.hyperparams import ConfigError
-from agents.zoo.train import train
+from tpo_agents.zoo.enjoy import FinalRender, main
+from tpo_agents.zoo.hyperparams import ConfigError
+from tpo_agents.zoo.train import train
 
 torch.set_num_threads(1)
 
@@ -108,7 +108,8 @@ def test_errors(logs: Path, tmp_path: Path) -> None:
 
 
 def test_command_line(logs: Path, tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "agents.enjoy", "--algo", "tpo", "--env", "TokenReversal", "-f", str(logs)]
+    cmd = [sys.executable, "-m", "tpo_agents.enjoy", "--algo", "tpo", "--env", "TokenReversal",
+           "-f", str(logs)]
     out = subprocess.run([*cmd, "-n", str(2 * H)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "target" in out.stdout and "2 episodes in 8 steps (greedy)" in out.stdout

@@ -1,4 +1,4 @@
-"""Tests of ``python -m agents.evaluate``: the task error of a saved model over N episodes."""
+"""Tests of ``python -m tpo_agents.evaluate``: the task error of a saved model over N episodes."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 import yaml
 
-from agents.zoo.envs import make_env
-from agents.zoo.evaluate import evaluate, main, run_env_kwargs
-from agents.zoo.hyperparams import ConfigError
-from agents.zoo.train import train
+from tpo_agents.zoo.envs import make_env
+from tpo_agents.zoo.evaluate import evaluate, main, run_env_kwargs
+from tpo_agents.zoo.hyperparams import ConfigError
+from tpo_agents.zoo.train import train
 
 torch.set_num_threads(1)
 
@@ -100,7 +100,7 @@ def test_run_env_kwargs_reads_eval_kwargs(tmp_path: Path) -> None:
 
 
 def test_command_line(run: Path) -> None:
-    cmd = [sys.executable, "-m", "agents.evaluate", *base_argv(run), "-n", "4"]
+    cmd = [sys.executable, "-m", "tpo_agents.evaluate", *base_argv(run), "-n", "4"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "4 episodes (sampled): task error" in out.stdout

@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 import torch
 
-from agents import losses as L
+from tpo_agents import losses as L
 
 torch.set_num_threads(1)
 N_TRIALS = 200
@@ -88,7 +88,7 @@ def test_the_tpo_gradient_is_p_minus_q_over_the_groups():
 
 
 def token_task_model(algo: str, mode: str, reward: str, seed: int = 0):
-    from agents.zoo.registry import get_algo
+    from tpo_agents.zoo.registry import get_algo
 
     extra = {"beta": 0.04} if algo == "grpo" else {}
     return get_algo(algo)(
@@ -130,7 +130,7 @@ def test_a_batch_without_signal_leaves_the_transformer_where_it_was(algo, mode, 
 def test_pi_old_is_the_update_s_own_forward_at_theta_old():
     """The batch's pi_old is the teacher-forced re-scoring the loss computes, bit for bit (sampling
     decodes with a KV cache, whose log-probs differ by rounding)."""
-    from agents.rollout import episode_log_probs
+    from tpo_agents.rollout import episode_log_probs
 
     model = token_task_model("grpo", "sequence", "terminal")
     batch = collect(model)
@@ -156,7 +156,7 @@ def test_an_all_fail_batch_gives_targetpotrainer_an_exactly_zero_gradient(tiny_l
 def test_an_all_fail_batch_leaves_the_language_model_where_it_was_in_the_text_mode(tiny_llm_dir):
     pytest.importorskip("transformers")
     pytest.importorskip("reasoning_gym")
-    from agents.tpo import TPO
+    from tpo_agents.tpo import TPO
 
     model = TPO("LLMPolicy", "TPO/ReasoningGym-v0", batch_size=2, group_size=4, n_epochs=1, seed=0,
                 learning_rate=1e-2, policy_kwargs=dict(model=tiny_llm_dir, max_new_tokens=6),
@@ -170,7 +170,7 @@ def test_an_all_fail_batch_leaves_the_language_model_where_it_was_in_the_text_mo
 
 
 def test_verl_s_loss_gives_zero_variance_groups_an_exactly_zero_gradient():
-    from agents.integrations import verl as tv
+    from tpo_agents.integrations import verl as tv
 
     k = 4
     for seed in range(N_TRIALS // 10):
@@ -224,7 +224,7 @@ def test_single_mode_counts_batches_whose_advantages_are_all_zero():
 
 @pytest.mark.parametrize("setting", [{"n_seeds": 2}, {"kl_coef": 0.1}])
 def test_skipping_is_refused_where_it_would_drop_a_gradient(setting):
-    from agents.zoo.registry import get_algo
+    from tpo_agents.zoo.registry import get_algo
 
     with pytest.raises(ValueError, match="skip_batches_without_signal"):
         get_algo("tpo")("TransformerPolicy", "TPO/TokenReversal-v0", skip_batches_without_signal=True,

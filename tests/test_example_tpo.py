@@ -28,7 +28,7 @@ import torch
 from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.logger import Logger
 
-import agents
+import tpo_agents
 
 torch.set_num_threads(1)
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tpo_token_reversal.py"
@@ -47,8 +47,8 @@ def load_example() -> ModuleType:
     return module
 
 
-def library_model() -> agents.TPO:
-    model = agents.TPO(
+def library_model() -> tpo_agents.TPO:
+    model = tpo_agents.TPO(
         "TransformerPolicy", "TPO/TokenReversal-v0", group_mode="token", batch_size=B, group_size=K,
         n_epochs=4, learning_rate=1e-3, seed=0, policy_kwargs=MODEL,
         env_kwargs=dict(reward="bag_of_tokens", sequence_length=H, vocab_size=V),
@@ -58,7 +58,7 @@ def library_model() -> agents.TPO:
     return model
 
 
-def collect(model: agents.TPO, callback: CallbackList):
+def collect(model: tpo_agents.TPO, callback: CallbackList):
     """One batch collected by the library (pi_old written at theta_old by the token mode)."""
     batch = model.collect(callback)
     assert batch is not None

@@ -14,9 +14,6 @@ import numpy as np
 import pytest
 import torch as th
 
-from agents.losses import cosine_misalignment
-from agents.zoo.hyperparams import ZOO_KEYS, load_hyperparams
-from agents.zoo.results import seed_mean_se
 from experiments import jobs, zoo
 from experiments.core import load_seed, seed_path
 from experiments.definitions import EXPERIMENTS, get_experiment
@@ -46,6 +43,9 @@ from experiments.report import (
 )
 from experiments.report import main as report_main
 from experiments.runner import Task, build_model, plan, run_job, run_tasks
+from tpo_agents.losses import cosine_misalignment
+from tpo_agents.zoo.hyperparams import ZOO_KEYS, load_hyperparams
+from tpo_agents.zoo.results import seed_mean_se
 
 th.set_num_threads(1)
 

@@ -141,7 +141,7 @@ def test_bad_rows_and_extensions(tmp_path):
 
 
 def test_verl_rows_and_trl_reward_score_gsm8k(data_file):
-    from agents.integrations import verl as tv
+    from tpo_agents.integrations import verl as tv
 
     kwargs = {"data_file": data_file, "size": 3, "eval_size": 1, "answer_format": "tag"}
     rows = tv.dataset_rows("TPO/GSM8K-v0", kwargs)
@@ -151,7 +151,7 @@ def test_verl_rows_and_trl_reward_score_gsm8k(data_file):
     score = tv.compute_score(row["data_source"], "<answer>1,234</answer>", "1234", row["extra_info"])
     assert score["score"] == 1.0
     pytest.importorskip("trl")
-    from agents.integrations.trl import text_env_reward
+    from tpo_agents.integrations.trl import text_env_reward
 
     reward = text_env_reward("TPO/GSM8K-v0", **kwargs)
     assert reward(["<answer>7</answer>", "<answer>8</answer>"], context=[0, 0]) == [1.0, 0.0]
@@ -210,7 +210,7 @@ def test_an_unknown_answer_format_is_one_line(data_file):
 
 
 def test_trl_and_verl_rewards_score_verls_format_by_default(data_file):
-    from agents.integrations import verl as tv
+    from tpo_agents.integrations import verl as tv
 
     kwargs = {"data_file": data_file, "size": 3, "eval_size": 1}
     row = tv.dataset_rows("TPO/GSM8K-v0", kwargs)["train"][0]
@@ -221,7 +221,7 @@ def test_trl_and_verl_rewards_score_verls_format_by_default(data_file):
     score = tv.compute_score(flexible["data_source"], "\\boxed{7}", "7", flexible["extra_info"])
     assert score["score"] == 1.0
     pytest.importorskip("trl")
-    from agents.integrations.trl import text_env_reward
+    from tpo_agents.integrations.trl import text_env_reward
 
     reward = text_env_reward("TPO/GSM8K-v0", **kwargs)
     assert reward(["#### 7", "The answer is 7", "<answer>7</answer>"], context=[0, 0, 0]) == [1.0, 0.0, 0.0]

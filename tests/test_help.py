@@ -7,8 +7,8 @@ import pydoc
 
 import pytest
 
-from agents import CE, DG, GRPO, PG, PPO, TPO, GroupPG
-from agents.base_class import GroupBaseAlgorithm
+from tpo_agents import CE, DG, GRPO, PG, PPO, TPO, GroupPG
+from tpo_agents.base_class import GroupBaseAlgorithm
 
 SHARED = [name for name in inspect.signature(GroupBaseAlgorithm.__init__).parameters
           if name not in ("self", "policy", "env") and not name.startswith("_")]

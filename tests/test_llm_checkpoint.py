@@ -12,8 +12,8 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
 
-from agents import TPO  # noqa: E402
-from agents.policies.llm_checkpoint import checkpoint_folder, save_llm  # noqa: E402
+from tpo_agents import TPO  # noqa: E402
+from tpo_agents.policies.llm_checkpoint import checkpoint_folder, save_llm  # noqa: E402
 
 torch.set_num_threads(1)
 ENV_KWARGS = dict(dataset="basic_arithmetic", size=8, eval_size=2, seed=1)
@@ -63,7 +63,7 @@ def test_full_model_checkpoint_loads_with_tpo_evaluate_and_transformers(tiny_llm
 
 
 def test_the_zoo_evaluate_loads_the_pair(tiny_llm_dir, tmp_path):
-    from agents.zoo.evaluate import main
+    from tpo_agents.zoo.evaluate import main
 
     save_llm(trained(tiny_llm_dir), tmp_path / "model.zip")
     argv = ["--algo", "tpo", "--env", "ReasoningGym", "--model", str(tmp_path / "model.zip"), "-n", "2",
@@ -102,7 +102,7 @@ def test_lora_checkpoint_is_the_adapter(tiny_llm_dir, tmp_path):
 def test_bad_checkpoints_are_one_line(tiny_llm_dir, tmp_path):
     from gymnasium import spaces
 
-    from agents.policies import LLMPolicy
+    from tpo_agents.policies import LLMPolicy
 
     def build(**kwargs):
         return LLMPolicy(spaces.Text(8), spaces.Text(8), lambda _: 1e-3, model=tiny_llm_dir, **kwargs)
@@ -118,7 +118,7 @@ def test_bad_checkpoints_are_one_line(tiny_llm_dir, tmp_path):
 
 
 def test_the_zoo_saves_llm_policies_as_the_pair(tiny_llm_dir, tmp_path):
-    from agents.zoo.callbacks import atomic_save
+    from tpo_agents.zoo.callbacks import atomic_save
 
     model = trained(tiny_llm_dir)
     path = atomic_save(model, str(tmp_path / "TPO-ReasoningGym-v0"))

@@ -12,8 +12,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agents.policies import LLMPolicy
-from agents.policies.generation import Completions
+from tpo_agents.policies import LLMPolicy
+from tpo_agents.policies.generation import Completions
 
 pytest.importorskip("transformers")
 torch.set_num_threads(1)

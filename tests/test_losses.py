@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents import losses as L
+from tpo_agents import losses as L
 
 torch.set_num_threads(1)
 

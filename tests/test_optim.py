@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from agents.policies.optim import MuonAdam, NormalizedStep, newton_schulz, newton_schulz_all, split_muon_adam
+from tpo_agents.policies.optim import (
+    MuonAdam,
+    NormalizedStep,
+    newton_schulz,
+    newton_schulz_all,
+    split_muon_adam,
+)
 
 torch.set_num_threads(1)
 
@@ -208,7 +214,7 @@ def test_normalized_step_normalises_each_member_in_any_memory_layout() -> None:
 
 def test_a_tabular_run_never_imports_the_compiler() -> None:
     """Our optimizers skip torch's compile guards, whose first call imports torch._dynamo (~2 s a process)."""
-    code = ("import sys; import tpo_gym; from agents.zoo.registry import make_agent; "
+    code = ("import sys; import tpo_gym; from tpo_agents.zoo.registry import make_agent; "
             "m = make_agent('tpo', 'TabularPolicy', 'TPO/MultiContextBandit-v0', n_seeds=2, seed=0); "
             "m.learn(n_iterations=2); m.policy.optimizer.load_state_dict(m.policy.optimizer.state_dict()); "
             "print('torch._dynamo' in sys.modules)")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agents.policies import (
+from tpo_agents.policies import (
     GroupPolicy,
     MlpPolicy,
     MuonAdam,
@@ -17,7 +17,7 @@ from agents.policies import (
     TabularPolicy,
     TransformerPolicy,
 )
-from agents.policies.transformer import causal_attention, gelu_tanh
+from tpo_agents.policies.transformer import causal_attention, gelu_tanh
 
 torch.set_num_threads(1)
 
@@ -395,7 +395,7 @@ def test_hidden_from_a_position_equals_the_full_forward_and_its_gradient(n_membe
 
 def test_a_small_multi_context_table_lies_action_major_and_saves_as_it_is(tmp_path) -> None:
     """Few actions: the actions axis outermost in memory (fast softmax), invisible in values and files."""
-    from agents.zoo.registry import get_algo, make_agent
+    from tpo_agents.zoo.registry import get_algo, make_agent
 
     model = make_agent("tpo", "TabularPolicy", "TPO/MultiContextBandit-v0", n_seeds=2, seed=1,
                        env_kwargs={"n_contexts": 4, "n_arms": 3}, policy_kwargs={"init": "normal"})

@@ -10,9 +10,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
 
 import tpo_gym  # noqa: F401
-from agents.policies import NormalizedStep, TabularPolicy
-from agents.policies.base import multinomial_rows
-from agents.zoo.registry import ablation_kwargs, get_algo
+from tpo_agents.policies import NormalizedStep, TabularPolicy
+from tpo_agents.policies.base import multinomial_rows
+from tpo_agents.zoo.registry import ablation_kwargs, get_algo
 
 th.set_num_threads(1)
 
@@ -229,8 +229,8 @@ def test_bad_population_settings_are_one_line_errors():
     with pytest.raises(ValueError, match="n_seeds"):
         get_algo("tpo")("TabularPolicy", "TPO/KArmedBandit-v0", n_seeds=0, group_mode="single")
     with pytest.raises(ValueError, match="n_members=2: .* has no populations"):
-        from agents.policies import LLMPolicy  # noqa: F401  (a policy class without populations)
-        from agents.policies.base import GroupPolicy
+        from tpo_agents.policies import LLMPolicy  # noqa: F401  (a policy class without populations)
+        from tpo_agents.policies.base import GroupPolicy
 
         class Plain(GroupPolicy):
             pass
@@ -250,7 +250,7 @@ def test_twenty_seed_final_errors_equal_the_per_seed_runs():
 
 
 def test_member_unique_shares_rows_within_members_only():
-    from agents.rollout import member_unique
+    from tpo_agents.rollout import member_unique
 
     keys = th.tensor([[1, 0], [1, 0], [2, 0], [1, 0], [0, 1], [0, 1], [0, 1], [0, 1]])  # 2 members x 4 rows
     distinct, inverse = member_unique(keys, 1)
@@ -268,7 +268,7 @@ def test_member_unique_shares_rows_within_members_only():
 def test_unique_rows_is_torch_unique_over_rows(shape, low, high):
     """The mixed-radix shortcut (and, for keys too wide for int64 codes, the fallback: V = 16, 20 columns)
     gives torch's distinct rows, in its order, and its inverse."""
-    from agents.rollout import unique_rows
+    from tpo_agents.rollout import unique_rows
 
     keys = th.randint(low, high, shape, generator=th.Generator().manual_seed(shape[0]))
     keys[len(keys) // 2:] = keys[: len(keys) - len(keys) // 2].clone()  # repeated rows
@@ -284,7 +284,7 @@ def test_unique_rows_is_torch_unique_over_rows(shape, low, high):
     th.tensor([[255, 0], [3, 7], [255, 0]], dtype=th.uint8),
 ])
 def test_unique_rows_takes_any_key_dtype_and_range(keys):
-    from agents.rollout import unique_rows
+    from tpo_agents.rollout import unique_rows
 
     distinct, inverse = unique_rows(keys)
     want_distinct, want_inverse = th.unique(keys, dim=0, return_inverse=True)
@@ -317,7 +317,7 @@ def test_member_policy_is_one_seed_as_a_plain_policy(case):
 
 
 def test_single_mode_groups_a_members_contexts_apart_and_refuses_unequal_coverage():
-    from agents.modes import SingleMode
+    from tpo_agents.modes import SingleMode
 
     mode = SingleMode(4, 1, "prompts", 0.5, gym.spaces.Discrete(3), n_members=2)
     keyed = mode._member_contexts(th.tensor([0, 2, 2, 0, 1, 1, 0, 0]))

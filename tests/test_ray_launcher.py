@@ -28,8 +28,8 @@ def test_the_launcher_starts_a_local_cluster_that_runs_the_shipped_checkout(tmp_
     """Without Ray initialised, the launcher starts it with this checkout as the job's working_dir (so a
     remote node runs the driver's code), records the driver's code commit, and shuts it down."""
     ray = pytest.importorskip("ray")
-    from agents.provenance import code_version
     from experiments.ray_launcher import PROJECT, RayLauncher
+    from tpo_agents.provenance import code_version
 
     assert not ray.is_initialized()
     seen = tmp_path / "imported_from"

@@ -36,8 +36,8 @@ import torch
 from stable_baselines3.common.logger import Logger
 
 import tpo_gym  # noqa: F401  (registers the envs)
-from agents.rollout import Episodes, TokenGroups
-from agents.zoo.registry import get_algo
+from tpo_agents.rollout import Episodes, TokenGroups
+from tpo_agents.zoo.registry import get_algo
 
 torch.set_num_threads(1)
 FIXTURES = np.load(Path(__file__).parent / "fixtures" / "reference_updates.npz")

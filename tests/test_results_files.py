@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch as th
 
-from agents.modes.base import CollectionMode
 from experiments.core import RESULTS, SMOKE_RESULTS, is_finished, kept, load_seed, save_seed, seed_path
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.jobs import needs_rollout_metrics, needs_train_diagnostics, train_job
 from experiments.report import load_runs, summarize
 from experiments.run import default_out, main
 from experiments.runner import plan, plan_jobs, run_tasks
+from tpo_agents.modes.base import CollectionMode
 
 th.set_num_threads(1)
 ROOT = Path(__file__).resolve().parent.parent

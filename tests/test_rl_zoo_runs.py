@@ -1,4 +1,4 @@
-"""rl_zoo3 run folders: their OrderedDict YAML is read safely; agents.evaluate and the plots read them."""
+"""rl_zoo3 run folders: their OrderedDict YAML is read safely; tpo_agents.evaluate and the plots read them."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from agents.zoo import plots
-from agents.zoo.evaluate import main as evaluate_main
-from agents.zoo.evaluate import recorded_run, run_env_kwargs
-from agents.zoo.results import ResultsError, find_runs
-from agents.zoo.run_files import RunFileError, read_run_yaml
+from tpo_agents.zoo import plots
+from tpo_agents.zoo.evaluate import main as evaluate_main
+from tpo_agents.zoo.evaluate import recorded_run, run_env_kwargs
+from tpo_agents.zoo.results import ResultsError, find_runs
+from tpo_agents.zoo.run_files import RunFileError, read_run_yaml
 
 torch.set_num_threads(1)
 

@@ -39,7 +39,8 @@ def arith() -> TextEnv:
 
 def test_import_is_light() -> None:
     code = ("import sys, tpo_gym, tpo_gym.envs.text; "
-            "print([m for m in ('reasoning_gym', 'transformers', 'agents', 'torch') if m in sys.modules])")
+            "print([m for m in ('reasoning_gym', 'transformers', 'tpo_agents', 'torch')"
+            " if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -15,9 +15,9 @@ pytest.importorskip("reasoning_gym")
 
 from stable_baselines3.common.logger import KVWriter, Logger  # noqa: E402
 
-from agents import DG, GRPO, PG, TPO, losses  # noqa: E402
-from agents.modes.text import TextBatch  # noqa: E402
 from tests.llm_fixtures import build_tiny_llm  # noqa: E402
+from tpo_agents import DG, GRPO, PG, TPO, losses  # noqa: E402
+from tpo_agents.modes.text import TextBatch  # noqa: E402
 
 th.set_num_threads(1)
 
@@ -230,7 +230,7 @@ def test_text_mode_errors(model_dir):
 
 
 def test_evaluate_reports_greedy_score_and_pass_at_k(model_dir, tmp_path):
-    from agents.zoo.evaluate import main
+    from tpo_agents.zoo.evaluate import main
 
     model = make(TPO, model_dir)
     model.save(tmp_path / "model.zip")

@@ -1,7 +1,7 @@
 """TargetPOTrainer (agents/integrations/trl.py): TRL's GRPOTrainer with TPO's update.
 
 Contract: on the same per-token log-probs, masks and scores, the trainer's loss and gradient equal
-``agents.losses``' to 1e-6; groups stay whole (group shuffling, micro-batch checks, config errors); a
+``tpo_agents.losses``' to 1e-6; groups stay whole (group shuffling, micro-batch checks, config errors); a
 two-process gloo run gives the same update as one process on the same data.
 """
 
@@ -19,10 +19,10 @@ import torch
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
-from agents import losses  # noqa: E402
-from agents.integrations import trl as tpo_trl  # noqa: E402
 from tests import trl_group_run  # noqa: E402
 from tests.trl_group_run import K, fixed_rollout, length_reward  # noqa: E402
+from tpo_agents import losses  # noqa: E402
+from tpo_agents.integrations import trl as tpo_trl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -219,7 +219,7 @@ def test_grpo_config_is_refused(tmp_path):
 def test_text_env_reward_and_dataset(tiny_llm_dir):
     from transformers import AutoTokenizer
 
-    from agents.policies.llm import format_prompt
+    from tpo_agents.policies.llm import format_prompt
 
     env_kwargs = dict(
         dataset="letter_counting", size=6, eval_size=2, min_words=1, max_words=1, reward="binary"
@@ -300,7 +300,7 @@ def test_a_group_may_span_processes_only_without_accumulation(tmp_path):
 
 
 def test_command_line_trains_a_lora_adapter_and_saves_it(tiny_llm_dir, tmp_path):
-    from agents.integrations import trl_train
+    from tpo_agents.integrations import trl_train
 
     out = tmp_path / "run"
     trainer = trl_train.main([
@@ -327,7 +327,7 @@ def test_command_line_trains_a_lora_adapter_and_saves_it(tiny_llm_dir, tmp_path)
 def test_command_line_errors(tiny_llm_dir, tmp_path, flags, message):
     from trl import TrlParser
 
-    from agents.integrations import trl_train
+    from tpo_agents.integrations import trl_train
 
     parser = TrlParser((trl_train.TextEnvArguments, tpo_trl.TargetPOConfig))
     base = ["--model", tiny_llm_dir, "--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false"]
@@ -344,7 +344,7 @@ PAPER_RECIPES = [f"{model}_{task}.yaml" for model in ("qwen3_1.7b", "r1_distill_
 def test_shipped_recipes_parse_and_keep_groups_whole(tmp_path, recipe):
     from trl import TrlParser
 
-    from agents.integrations import trl_train
+    from tpo_agents.integrations import trl_train
 
     parser = TrlParser((trl_train.TextEnvArguments, tpo_trl.TargetPOConfig))
     path = str(ROOT / "configs" / "trl" / recipe)

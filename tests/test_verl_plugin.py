@@ -1,4 +1,4 @@
-"""The verl plugin (``agents.integrations.verl``): estimator and loss against ``agents.losses``, the
+"""The verl plugin (``tpo_agents.integrations.verl``): estimator and loss against ``tpo_agents.losses``, the
 normalisation over micro-batches and data-parallel ranks, the config validator, the reward function
 and the parquet exporter. Without verl installed the pure functions are tested; with verl (the
 ``verl`` extra, see ``.ci/verl``) the same maths is checked through verl's own registries, its
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents import losses as L
-from agents.integrations import verl as tv
+from tpo_agents import losses as L
+from tpo_agents.integrations import verl as tv
 
 torch.set_num_threads(1)
 # verl lists the training engines it cannot import (torchtitan, megatron, ...) when its workers load
@@ -68,7 +68,7 @@ def actor_config(eta: float | None = None, logscore: str | None = None, **overri
 
 
 def reference(batch: dict, log_prob: torch.Tensor, eta: float = 1.0, logscore: str = "mean") -> torch.Tensor:
-    """agents.losses on the raw scores: tpo_loss(L_theta, tpo_target(L_old, s, eta)), mean over all groups."""
+    """tpo_agents.losses on the raw scores: tpo_loss(L_theta, tpo_target(L_old, s, eta)), mean over groups."""
     m = batch["mask"]
     old = L.sequence_logscores(batch["old"], m, logscore).view(G, K)
     new = L.sequence_logscores(log_prob, m, logscore).view(G, K)
@@ -507,13 +507,13 @@ _REGISTERED = (
 
 @needs_verl
 @pytest.mark.parametrize("env", [{}, {"VERL_USE_EXTERNAL_PLUGINS": "none",
-                                      "VERL_USE_EXTERNAL_MODULES": "agents.integrations.verl"}])
+                                      "VERL_USE_EXTERNAL_MODULES": "tpo_agents.integrations.verl"}])
 def test_import_verl_registers_tpo(env, tmp_path):
     """In a fresh interpreter, `import verl` alone loads the plugin (entry point, or the module list)."""
     result = subprocess.run([sys.executable, "-c", _REGISTERED], capture_output=True, text=True, cwd=tmp_path,
                             env={**os.environ, **env}, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["agents.integrations.verl.loss", "agents.integrations.verl.loss"]
+    assert result.stdout.split() == ["tpo_agents.integrations.verl.loss", "tpo_agents.integrations.verl.loss"]
 
 
 @needs_verl
@@ -521,7 +521,7 @@ def test_entry_point_is_declared():
     from importlib.metadata import entry_points
 
     plugins = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
-    assert plugins.get("tpo") == "agents.integrations.verl"
+    assert plugins.get("tpo") == "tpo_agents.integrations.verl"
 
 
 def _verl_batch(b: dict, prompt_len: int = 3):
@@ -554,7 +554,7 @@ def _verl_batch(b: dict, prompt_len: int = 3):
 def test_verl_ppo_loss_with_micro_batches_equals_agents_losses(dp_size):
     """verl's own actor loss (`verl.workers.utils.losses.ppo_loss`) on verl's micro-batches
     (`prepare_micro_batches`), with a real FSDPActorConfig, one backward per micro-batch and the
-    gradient averaged over the ranks, equals agents.losses.tpo_loss over all groups."""
+    gradient averaged over the ranks, equals tpo_agents.losses.tpo_loss over all groups."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.config import FSDPActorConfig, PolicyLossConfig
     from verl.workers.engine.utils import prepare_micro_batches
@@ -616,7 +616,7 @@ def test_shipped_config_composes_with_hydra_and_builds_verl_configs():
     with pytest.raises(Exception, match="tpo_eta=-2"):  # hydra's InstantiationException around our ValueError
         omega_conf_to_dataclass(OmegaConf.create({**tuned["actor_rollout_ref"]["actor"], "policy_loss": {
             **tuned["actor_rollout_ref"]["actor"]["policy_loss"], "tpo_eta": -2}}))
-    assert config["reward"]["custom_reward_function"] == {"path": "pkg://agents.integrations.verl",
+    assert config["reward"]["custom_reward_function"] == {"path": "pkg://tpo_agents.integrations.verl",
                                                           "name": "compute_score"}
     bad = tv.load_config([str(CONFIG), "trainer.balance_batch=true"], use_hydra=True)
     assert tv.config_errors(bad) == [
@@ -630,7 +630,7 @@ def test_shipped_config_composes_with_hydra_and_builds_verl_configs():
 def test_reward_function_loads_as_verl_loads_it():
     from verl.utils.import_utils import load_extern_object
 
-    fn = load_extern_object(module_path="pkg://agents.integrations.verl", object_name="compute_score")
+    fn = load_extern_object(module_path="pkg://tpo_agents.integrations.verl", object_name="compute_score")
     row = tv.dataset_rows("TPO/ReasoningGym-v0", ARITHMETIC)["train"][0]
     gold = row["reward_model"]["ground_truth"]
     extra_info = {**row["extra_info"], "num_turns": None, "rollout_reward_scores": {}}  # as verl adds them

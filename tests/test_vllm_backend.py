@@ -72,7 +72,7 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> type[FakeEngine]:
 
 
 def make_policy(model: str, **kwargs: Any):
-    from agents.policies import LLMPolicy
+    from tpo_agents.policies import LLMPolicy
 
     settings = dict(backend="vllm", dtype="float32", stop="</a>", max_new_tokens=3, temperature=0.7)
     return LLMPolicy(spaces.Text(64), spaces.Text(64), lambda _: 1e-2, model=model, **settings, **kwargs)
@@ -126,8 +126,8 @@ def test_pi_old_is_the_trainers_forward_not_the_engines_log_probs(tiny_llm_dir: 
     pytest.importorskip("reasoning_gym")
     from stable_baselines3.common.logger import Logger
 
-    from agents import TPO
-    from agents.losses import completion_logscores
+    from tpo_agents import TPO
+    from tpo_agents.losses import completion_logscores
 
     k = 4
     model = TPO("LLMPolicy", "TPO/ReasoningGym-v0",

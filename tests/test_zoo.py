@@ -1,4 +1,4 @@
-"""Tests of the zoo (``train.py`` / ``agents.zoo``): the flagship command, config precedence,
+"""Tests of the zoo (``train.py`` / ``tpo_agents.zoo``): the flagship command, config precedence,
 run folder and TensorBoard output, resuming, interruption, errors, and every zoo_configs entry."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import torch
 import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.zoo import registry
-from agents.zoo.callbacks import atomic_save
-from agents.zoo.hyperparams import ConfigError
-from agents.zoo.train import configure, train
 from tests.test_zoo_sb3 import TINY_EXTERNAL
+from tpo_agents.zoo import registry
+from tpo_agents.zoo.callbacks import atomic_save
+from tpo_agents.zoo.hyperparams import ConfigError
+from tpo_agents.zoo.train import configure, train
 
 torch.set_num_threads(1)
 

@@ -14,12 +14,12 @@ import torch
 import yaml
 from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
 
-from agents import TPO
-from agents.zoo import hyperparams as hp
-from agents.zoo.callbacks import never_firing
-from agents.zoo.envs import make_env
-from agents.zoo.train import configure, train
 from tests.test_zoo_validation import TINY_GROUP, TINY_TOKENS, error_line, zoo_argv
+from tpo_agents import TPO
+from tpo_agents.zoo import hyperparams as hp
+from tpo_agents.zoo.callbacks import never_firing
+from tpo_agents.zoo.envs import make_env
+from tpo_agents.zoo.train import configure, train
 
 torch.set_num_threads(1)
 
@@ -145,8 +145,8 @@ def test_a_callback_that_can_never_fire_is_named(tmp_path: Path) -> None:
     late, due = (EvalCallback(eval_env, eval_freq=freq, n_eval_episodes=1, verbose=0) for freq in (50, 12))
     assert never_firing(model, [late, due], 48) == [
         "EvalCallback(eval_freq=50) never fires: it counts callback steps, and TPO makes one per 4 env "
-        "steps, so learn(48) makes 12; use eval_freq <= 12, or agents.zoo.callbacks.EveryTimesteps(n_steps, "
-        "callback) to count env steps"
+        "steps, so learn(48) makes 12; use eval_freq <= 12, or "
+        "tpo_agents.zoo.callbacks.EveryTimesteps(n_steps, callback) to count env steps"
     ]
     model.learn(48, callback=[late, due])
     assert late.n_calls == due.n_calls == 12  # one call per 4 env steps

@@ -11,11 +11,11 @@ import pytest
 import torch
 import yaml
 
-from agents.tpo import TPO
-from agents.zoo import results
-from agents.zoo.train import main, train
 from tests.test_zoo_optimize import TINY, search
 from tests.test_zoo_validation import TINY_GROUP, TINY_TOKENS, error_line, zoo_argv
+from tpo_agents.tpo import TPO
+from tpo_agents.zoo import results
+from tpo_agents.zoo.train import main, train
 
 torch.set_num_threads(1)
 

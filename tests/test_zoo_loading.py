@@ -1,5 +1,5 @@
 """Which model the zoo's readers load: ``--model <run folder>`` with ``--load-best``, ``--load-checkpoint N``
-and ``--load-last-checkpoint`` (``agents.evaluate`` and ``agents.enjoy``), a run without a final model
+and ``--load-last-checkpoint`` (``tpo_agents.evaluate`` and ``tpo_agents.enjoy``), a run without a final model
 (pointed at its checkpoints; temporary files of a save cut short ignored), and ``load`` refusing a zip
 that another algorithm saved."""
 
@@ -14,12 +14,12 @@ import pytest
 import torch
 from stable_baselines3 import PPO as SB3PPO
 
-from agents import DG, GRPO, PPO, TPO, GroupPG
-from agents.zoo import enjoy
-from agents.zoo.evaluate import main
-from agents.zoo.hyperparams import ConfigError
-from agents.zoo.train import train
 from tests.test_zoo_validation import TINY_GROUP, TINY_TOKENS
+from tpo_agents import DG, GRPO, PPO, TPO, GroupPG
+from tpo_agents.zoo import enjoy
+from tpo_agents.zoo.evaluate import main
+from tpo_agents.zoo.hyperparams import ConfigError
+from tpo_agents.zoo.train import train
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""Tests of the zoo's Optuna search (``train.py -optimize``, :mod:`agents.zoo.optimize`): a 3-trial TPO
+"""Tests of the zoo's Optuna search (``train.py -optimize``, :mod:`tpo_agents.zoo.optimize`): a 3-trial TPO
 search on a tiny TokenReversal, its report (best.yml loads back and trains), pruning, samplers, shared
 journal/SQLite storage, and a one-line error for each bad flag."""
 
@@ -12,12 +12,12 @@ import pytest
 import torch
 import yaml
 
-from agents.zoo import registry
-from agents.zoo.hyperparams import ConfigError, constructor_keys, evaluated
-from agents.zoo.optimize import SEARCH_EVAL_EPISODES, Objective, check_options, make_pruner, make_sampler
-from agents.zoo.run import EVAL_EPISODES
-from agents.zoo.samplers import SAMPLERS, SamplerContext
-from agents.zoo.train import configure, main, train
+from tpo_agents.zoo import registry
+from tpo_agents.zoo.hyperparams import ConfigError, constructor_keys, evaluated
+from tpo_agents.zoo.optimize import SEARCH_EVAL_EPISODES, Objective, check_options, make_pruner, make_sampler
+from tpo_agents.zoo.run import EVAL_EPISODES
+from tpo_agents.zoo.samplers import SAMPLERS, SamplerContext
+from tpo_agents.zoo.train import configure, main, train
 
 torch.set_num_threads(1)
 
@@ -330,7 +330,7 @@ def test_sb3_sampled_models_build(algo: str) -> None:
     """Every drawn setting builds the algorithm (on CartPole: one env, no training)."""
     from stable_baselines3.common.env_util import make_vec_env
 
-    from agents.zoo.hyperparams import algo_kwargs
+    from tpo_agents.zoo.hyperparams import algo_kwargs
 
     env = make_vec_env("CartPole-v1", n_envs=1)
     extra = {"buffer_size": 1000} if algo in ("dqn", "qrdqn") else {}

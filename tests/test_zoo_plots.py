@@ -1,5 +1,5 @@
-"""Tests of ``python -m agents.zoo.plots`` (``agents.zoo.plots``, ``agents.zoo.results``) on run folders
-written by tiny real ``train()`` runs and on small hand-written ones: the PNG, the score table against
+"""Tests of ``python -m tpo_agents.zoo.plots`` (``tpo_agents.zoo.plots``, ``tpo_agents.zoo.results``) on run
+folders written by tiny real ``train()`` runs and on small hand-written ones: the PNG, the score table against
 hand-computed means, the axes (timesteps, episodes, updates; task error, reward, success), the eval
 source, one horizon per env with unequal and disjoint runs flagged, resumed runs joined to their seed,
 and the errors."""
@@ -18,8 +18,8 @@ import pytest
 import torch
 import yaml
 
-from agents.zoo import plots, results
-from agents.zoo.train import train
+from tpo_agents.zoo import plots, results
+from tpo_agents.zoo.train import train
 
 torch.set_num_threads(1)
 
@@ -335,7 +335,7 @@ def test_one_line_errors(logs: Path, tmp_path: Path, argv: list[str], message: s
 
 
 def test_command_line_error_names_where_it_looked(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "agents.zoo.plots", "-f", str(tmp_path / "nowhere")]
+    cmd = [sys.executable, "-m", "tpo_agents.zoo.plots", "-f", str(tmp_path / "nowhere")]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode != 0
     assert out.stderr.strip() == f"error: log folder '{tmp_path / 'nowhere'}' does not exist"

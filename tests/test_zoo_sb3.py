@@ -1,4 +1,4 @@
-"""Tests of the Stable-Baselines3 / sb3-contrib algorithms in the zoo (``agents.zoo.sb3_algos``):
+"""Tests of the Stable-Baselines3 / sb3-contrib algorithms in the zoo (``tpo_agents.zoo.sb3_algos``):
 training, saving, reloading and evaluating on CartPole-v1 and a TPO/ env, the RL Zoo's YAML
 conventions (schedules, ``normalize``, ARS's worker processes), ``default`` env kwargs that stay with
 their envs, and the one-line errors for an algorithm on an env it cannot train on."""
@@ -18,12 +18,12 @@ from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecNormalize
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-from agents.zoo import evaluate as evaluate_module
-from agents.zoo import registry, sb3_algos
-from agents.zoo.evaluate import evaluate
-from agents.zoo.evaluate import main as evaluate_main
-from agents.zoo.hyperparams import ConfigError, algo_kwargs
-from agents.zoo.train import configure, train
+from tpo_agents.zoo import evaluate as evaluate_module
+from tpo_agents.zoo import registry, sb3_algos
+from tpo_agents.zoo.evaluate import evaluate
+from tpo_agents.zoo.evaluate import main as evaluate_main
+from tpo_agents.zoo.hyperparams import ConfigError, algo_kwargs
+from tpo_agents.zoo.train import configure, train
 
 torch.set_num_threads(1)
 
@@ -63,7 +63,7 @@ def one_line_error(*argv: str, cwd: Path) -> str:
 # ----------------------------------------------------------------------------- registry and configs
 def test_new_algorithms_are_registered_with_a_config_file() -> None:
     assert set(NEW_ALGOS) | {"sb3_ppo"} == set(registry.EXTERNAL_ALGOS) == set(sb3_algos.ACTION_SPACES)
-    assert registry.ALGOS["ppo"] == "agents.ppo:PPO"  # the paper's critic-free PPO keeps the name
+    assert registry.ALGOS["ppo"] == "tpo_agents.ppo:PPO"  # the paper's critic-free PPO keeps the name
     assert registry.get_algo("sb3_ppo").__module__.startswith("stable_baselines3.ppo")
     assert registry.get_algo("ppo_lstm").__name__ == "RecurrentPPO"
     for algo in registry.EXTERNAL_ALGOS:

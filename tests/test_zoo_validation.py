@@ -13,14 +13,14 @@ import pytest
 import torch
 import yaml
 
-from agents import DG, GRPO, PPO, TPO, GroupPG
-from agents.checks import HyperparameterError
-from agents.zoo import callbacks as cb
-from agents.zoo import evaluate as zoo_evaluate
-from agents.zoo import registry
-from agents.zoo.cli import build_parser
-from agents.zoo.run import MAX_TABLES, build_callbacks, default_log_interval
-from agents.zoo.train import configure, main, train
+from tpo_agents import DG, GRPO, PPO, TPO, GroupPG
+from tpo_agents.checks import HyperparameterError
+from tpo_agents.zoo import callbacks as cb
+from tpo_agents.zoo import evaluate as zoo_evaluate
+from tpo_agents.zoo import registry
+from tpo_agents.zoo.cli import build_parser
+from tpo_agents.zoo.run import MAX_TABLES, build_callbacks, default_log_interval
+from tpo_agents.zoo.train import configure, main, train
 
 torch.set_num_threads(1)
 
@@ -111,7 +111,7 @@ def test_unusable_model_or_log_folder_is_one_line(tmp_path: Path) -> None:
 
 
 def test_command_lines_print_no_traceback(tmp_path: Path) -> None:
-    """The real ``train.py`` and ``python -m agents.evaluate``: exit code 1, one stderr line."""
+    """The real ``train.py`` and ``python -m tpo_agents.evaluate``: exit code 1, one stderr line."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     logs = str(tmp_path / "logs")
     train_cmd = [sys.executable, "train.py", "--algo", "tpo", "-f", logs, "-params", "eta:-1"]
@@ -121,7 +121,7 @@ def test_command_lines_print_no_traceback(tmp_path: Path) -> None:
     assert not (tmp_path / "logs").exists()
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"PK not really")
-    eval_cmd = [sys.executable, "-m", "agents.evaluate", "--model", str(bad)]
+    eval_cmd = [sys.executable, "-m", "tpo_agents.evaluate", "--model", str(bad)]
     out = subprocess.run(eval_cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().startswith(f"error: cannot load {bad} as tpo: ") and out.stderr.count("\n") == 1

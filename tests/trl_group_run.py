@@ -46,7 +46,7 @@ def main(model_dir: str, out_file: str, per_device_batch: int) -> None:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agents.integrations.trl import TargetPOConfig, TargetPOTrainer
+    from tpo_agents.integrations.trl import TargetPOConfig, TargetPOTrainer
 
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -3,7 +3,7 @@
 TRL's ``GRPOTrainer`` generates K = ``num_generations`` completions per prompt, scores them with reward
 functions and, for GRPO, weights token log-probs by z-scored advantages. :class:`TargetPOTrainer` keeps
 TRL's generation (transformers or vLLM), reward functions, accelerate/DeepSpeed training and logging and
-replaces the update by TPO's (paper, arXiv 2604.06159, Sec. 2), with the maths from :mod:`agents.losses`:
+replaces the update by TPO's (paper, arXiv 2604.06159, Sec. 2), with the maths from :mod:`tpo_agents.losses`:
 
     L_i = sum_t log pi(y_t | x, y_<t)  (``logscore="sum"``)  or the per-token mean  (``"mean"``)
     q   = softmax_K( log_softmax_K(sg L_old) + u(s) / eta )      u = the within-group z-score of s
@@ -26,7 +26,7 @@ processes of a group each hold a part of it; every process gathers all rows' log
 differentiable all-gather and takes the mean over every group, and the all-gather's backward sums each
 row's gradient over the processes, so DDP's average is the same update as one process holding the groups.
 
-**Rows, KL, inputs.** The loss is :func:`agents.losses.completion_tpo_loss`, the function verl's plugin
+**Rows, KL, inputs.** The loss is :func:`tpo_agents.losses.completion_tpo_loss`, the function verl's plugin
 and our text mode call: a row whose completion mask is empty (``mask_truncated_completions=True`` zeroes
 truncated rows) leaves its group's softmax and is counted in ``tpo/dropped_rows``; a group left with
 fewer than two rows gives no gradient. With ``beta > 0`` the k3 KL to the reference (weighted by the
@@ -55,9 +55,9 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
 
-from agents import checks, losses
-from agents.policies.generation import completion_lengths, pad_rows
-from agents.policies.llm import format_prompt, share_saved_weights
+from tpo_agents import checks, losses
+from tpo_agents.policies.generation import completion_lengths, pad_rows
+from tpo_agents.policies.llm import format_prompt, share_saved_weights
 from tpo_gym.envs.text import ReasoningGymTask, TextEnv
 
 __all__ = [
@@ -177,16 +177,16 @@ def target_po_loss(
     """TPO's loss on ``N = n_groups * K`` completions, rows ``i*K .. i*K+K-1`` being prompt i's group.
 
     ``per_token_logps``, ``old_per_token_logps``, ``ref_per_token_logps`` and the 0/1 ``mask`` are
-    ``[N, T]``; ``scores`` is ``[N]``. The TPO term is :func:`agents.losses.completion_tpo_loss` (the
+    ``[N, T]``; ``scores`` is ``[N]``. The TPO term is :func:`tpo_agents.losses.completion_tpo_loss` (the
     function verl's plugin and the text mode call): a row whose mask is empty (TRL's
     ``mask_truncated_completions`` zeroes truncated rows) leaves its group's softmax. With ``beta > 0``:
 
-        + beta * sum_{rows, t} m_t k_t / kl_tokens,   k_t = :func:`agents.losses.reference_kl_terms`
+        + beta * sum_{rows, t} m_t k_t / kl_tokens,   k_t = :func:`tpo_agents.losses.reference_kl_terms`
 
     (bias-corrected with ``bias_correction_kl``); ``kl_tokens`` (default: this call's masked tokens) is the
     token count the KL is a mean over, so that summing the calls of one batch gives one batch-wide mean.
-    Returns ``(loss, stats)``: the diagnostics of :func:`~agents.losses.completion_tpo_loss` (finite when a
-    group has no valid row), and, with ``beta > 0``, the KL per token of these rows (``kl``).
+    Returns ``(loss, stats)``: the diagnostics of :func:`~tpo_agents.losses.completion_tpo_loss` (finite when
+    a group has no valid row), and, with ``beta > 0``, the KL per token of these rows (``kl``).
     """
     n = per_token_logps.shape[0]
     if n % group_size or scores.shape != (n,):
@@ -279,7 +279,7 @@ class TargetPOTrainer(GRPOTrainer):
         has_tool_images: bool = False,
     ) -> tuple[list[list[int]], Any]:
         """TRL's generation, each completion then cut after the token that completes ``args.stop`` (matched
-        inside the completion only, as :func:`agents.policies.generation.completion_lengths` does)."""
+        inside the completion only, as :func:`tpo_agents.policies.generation.completion_lengths` does)."""
         completion_ids, logprobs = super()._generate_single_turn(
             prompt_ids, images, multimodal_fields, num_generations, has_tool_images
         )
@@ -394,7 +394,7 @@ class TargetPOTrainer(GRPOTrainer):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """TPO on groups whose K rows sit on consecutive processes (K / per-device rows each): every
         process gathers all rows' log-scores with a differentiable all-gather (rank order = row order),
-        takes the loss over every group (:func:`agents.losses.grouped_tpo_loss`, the mean over all
+        takes the loss over every group (:func:`tpo_agents.losses.grouped_tpo_loss`, the mean over all
         groups), and the all-gather's backward sums each row's gradient over the processes, so that DDP's
         average over processes is the gradient of that mean. The KL term stays per process."""
         from torch.distributed.nn.functional import all_gather

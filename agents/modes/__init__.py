@@ -13,7 +13,7 @@ mode            batch                                           views          n
 Views are listed preferred first; "natural for" is ``CollectionMode.is_natural_for``.
 An algorithm built without ``group_mode`` takes the first mode of its ``mode_preference`` (text,
 token, sequence, population, single; Group PG: single before population) that it supports and that
-is natural for the env (:meth:`agents.base.GroupAlgorithm.natural_mode`).
+is natural for the env (:meth:`tpo_agents.base.GroupAlgorithm.natural_mode`).
 A new mode is one more :class:`CollectionMode` subclass registered in :data:`MODES`.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.modes.base import (
+from tpo_agents.modes.base import (
     DEFAULT_GROUP_SIZE,
     VIEWS,
     CollectionMode,
@@ -31,11 +31,11 @@ from agents.modes.base import (
     SampleView,
     View,
 )
-from agents.modes.population import PopulationMode
-from agents.modes.sequence import SequenceMode
-from agents.modes.single import SingleMode
-from agents.modes.text import TextMode
-from agents.modes.token import TokenMode
+from tpo_agents.modes.population import PopulationMode
+from tpo_agents.modes.sequence import SequenceMode
+from tpo_agents.modes.single import SingleMode
+from tpo_agents.modes.text import TextMode
+from tpo_agents.modes.token import TokenMode
 
 MODES: dict[str, type[CollectionMode]] = {
     mode.name: mode for mode in (TokenMode, SequenceMode, SingleMode, PopulationMode, TextMode)

@@ -8,9 +8,9 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
-from agents.modes.base import CollectionMode
-from agents.policies.protocols import ActionPolicy
-from agents.rollout import Episodes, TokenGroups, episode_log_probs, take_first_log_probs
+from tpo_agents.modes.base import CollectionMode
+from tpo_agents.policies.protocols import ActionPolicy
+from tpo_agents.rollout import Episodes, TokenGroups, episode_log_probs, take_first_log_probs
 
 
 class EpisodeMode(CollectionMode):

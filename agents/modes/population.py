@@ -7,9 +7,9 @@ import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
-from agents.modes.base import CollectionMode, EnvTraits, ExactView, GroupView, StepHook
-from agents.policies.protocols import ActionPolicy
-from agents.rollout import Population, collect_population, take_first_log_probs
+from tpo_agents.modes.base import CollectionMode, EnvTraits, ExactView, GroupView, StepHook
+from tpo_agents.policies.protocols import ActionPolicy
+from tpo_agents.rollout import Population, collect_population, take_first_log_probs
 
 
 class PopulationMode(CollectionMode):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch as th
 from gymnasium.vector import VectorEnv
 
-from agents import losses
-from agents.modes.base import EnvTraits, GroupView, StepHook
-from agents.modes.episodes import EpisodeMode
-from agents.policies.protocols import ActionPolicy
-from agents.rollout import Episodes, collect_episodes
+from tpo_agents import losses
+from tpo_agents.modes.base import EnvTraits, GroupView, StepHook
+from tpo_agents.modes.episodes import EpisodeMode
+from tpo_agents.policies.protocols import ActionPolicy
+from tpo_agents.rollout import Episodes, collect_episodes
 
 
 class SequenceMode(EpisodeMode):

@@ -9,24 +9,24 @@ import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
-from agents import losses
-from agents.modes.base import EnvTraits, GroupView, SampleView, StepHook
-from agents.modes.episodes import EpisodeMode
-from agents.policies.protocols import ActionPolicy
-from agents.rollout import Episodes, TableSamples, collect_episodes, take_first_log_probs
+from tpo_agents import losses
+from tpo_agents.modes.base import EnvTraits, GroupView, SampleView, StepHook
+from tpo_agents.modes.episodes import EpisodeMode
+from tpo_agents.policies.protocols import ActionPolicy
+from tpo_agents.rollout import Episodes, TableSamples, collect_episodes, take_first_log_probs
 
 
 class SingleMode(EpisodeMode):
     """B contexts (B*K with ``match="interactions"``, and the learning rate times sqrt(K)), one episode each.
 
     Sample view: the taken actions' log-probs and per-token rewards ``[N, T]``, A = r - b with the
-    algorithm's baseline (:func:`agents.losses.baseline_advantages`).
+    algorithm's baseline (:func:`tpo_agents.losses.baseline_advantages`).
     Group view (TPO): each sample scores its action set, s = A * onehot(a) with A the episode's
     reward minus the baseline; on a tabular env (a ``Discrete`` context index) the samples of one
     context form one group whose scores are their mean (paper Sec. 3.1); elsewhere (MNIST) every
     sample is its own group, even if two samples drew the same image (paper Sec. 3.3).
 
-    A :class:`~agents.rollout.TableSamples` batch (a one-context table's samples, from the fused
+    A :class:`~tpo_agents.rollout.TableSamples` batch (a one-context table's samples, from the fused
     collector) has the same views, gathered from each member's one row ``[S, A]`` instead of its
     ``[S*B, A]`` copies: the sampled log-probs ``log pi(a_b)``, and the group's scores
     ``S[a] = (1/B) sum_b A_b [a_b = a]`` summed into the row (the context mean of the one-hot scores).

@@ -13,9 +13,9 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 from stable_baselines3.common.logger import Logger
 
-from agents import losses
-from agents.modes.base import CollectionMode, GroupView, SampleView, StepHook
-from agents.policies.protocols import TextPolicy
+from tpo_agents import losses
+from tpo_agents.modes.base import CollectionMode, GroupView, SampleView, StepHook
+from tpo_agents.policies.protocols import TextPolicy
 from tpo_gym.envs.text import TextEnv, TextVectorEnv
 
 #: Characters of a prompt or completion shown in the TensorBoard sample table.
@@ -67,7 +67,7 @@ class TextMode(CollectionMode):
     Group view: L = the completion's log-score, ``sum`` or per-token ``mean`` of its token
     log-probs (the policy's ``logscore``), s = the env's score, groups ``[B, K]``; a completion without
     tokens (the policy's ``mask_truncated_completions`` empties truncated ones) leaves its group's softmax
-    (TPO: :func:`agents.losses.masked_tpo_loss`, logged as ``train/dropped_rows``).
+    (TPO: :func:`tpo_agents.losses.masked_tpo_loss`, logged as ``train/dropped_rows``).
     Sample view (PG, DG, PPO): the completion's token log-probs ``[N, T]`` with its padding mask
     and A = s - b (``batch_mean`` over the B*K completions, or a constant).
     The loss runs over parts of whole groups of at most the policy's ``micro_batch_size`` rows, with
@@ -206,7 +206,7 @@ class TextMode(CollectionMode):
         """The rollout policy's group softmax over each group's completions with tokens V (the rows the
         loss keeps): effective group size exp(H(p_old,V)) and log-score spread max_V L_old - min_V L_old,
         averaged over the groups with two or more such rows (0 when none has,
-        :func:`agents.losses.masked_group_diagnostics`); an emptied row's L_old = 0 is left out."""
+        :func:`tpo_agents.losses.masked_group_diagnostics`); an emptied row's L_old = 0 is left out."""
         old_logscores = batch.old_logscores()
         valid = batch.mask.bool().any(-1).reshape(old_logscores.shape)
         stats = losses.masked_group_diagnostics(old_logscores, old_logscores, th.zeros_like(old_logscores),

@@ -1,4 +1,4 @@
-"""Generation backends of :class:`~agents.policies.llm.LLMPolicy`: Hugging Face ``generate`` and vLLM.
+"""Generation backends of :class:`~tpo_agents.policies.llm.LLMPolicy`: Hugging Face ``generate`` and vLLM.
 
 A backend turns left-padded prompt ids ``[P, Lp]`` into ``n`` completions per prompt, returned as
 right-padded ids ``[P*n, Lc]`` and their lengths ``[P*n]`` (rows ``i*n .. i*n+n-1`` belong to prompt
@@ -6,7 +6,7 @@ right-padded ids ``[P*n, Lc]`` and their lengths ``[P*n]`` (rows ``i*n .. i*n+n-
 that completes the stop string; the policy turns ids and lengths into :class:`Completions`.
 
 transformers, peft and vllm are imported inside the functions that need them, so that importing
-:mod:`agents.policies` stays cheap and works without the ``llm`` extra.
+:mod:`tpo_agents.policies` stays cheap and works without the ``llm`` extra.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class VLLMGenerator:
     global RNG (greedy: temperature 0); completion ids are the outputs' ``token_ids``, which end with the
     EOS or with the token that completes the stop string. No log-probs are requested (``logprobs`` unset):
     the text mode's pi_old is the trainer's teacher-forced forward of these ids at theta_old, the first
-    epoch's (:class:`~agents.modes.text.TextMode`), so the loss compares log-probs of one model and one
+    epoch's (:class:`~tpo_agents.modes.text.TextMode`), so the loss compares log-probs of one model and one
     numerics; the engine's sampling distribution may differ from it by its kernels and dtype (docs/llm.md).
 
     :meth:`sync_weights` pushes the trainer's current weights into the engine the way TRL 1.16 does

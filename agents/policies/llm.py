@@ -29,7 +29,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 from torch import Tensor, nn
 
-from agents.losses import sequence_logscores
+from tpo_agents.losses import sequence_logscores
 
 from .generation import Completions, HFGenerator, VLLMGenerator
 
@@ -180,7 +180,7 @@ class LLMPolicy(BasePolicy):
     model's logits divided by the sampling ``temperature`` T (TRL and verl score the same way; top-p is not
     applied), 0 where the completion mask is 0; the log-score of a completion is
     ``sum_t m_t log pi(y_t | x, y_<t)`` (``logscore="sum"``) or that sum divided by ``max(1, sum_t m_t)``
-    (``"mean"``, :func:`agents.losses.sequence_logscores`).
+    (``"mean"``, :func:`tpo_agents.losses.sequence_logscores`).
 
     **Reference.** With LoRA, the base model with the adapters disabled; without LoRA, the original
     weights of ``model``, loaded again on first use (kept out of ``state_dict``; also after ``load``).
@@ -247,7 +247,7 @@ class LLMPolicy(BasePolicy):
     ) -> None:
         if logscore not in ("sum", "mean"):
             raise ValueError(f"logscore={logscore!r}: use 'sum' or 'mean'")
-        from agents.checks import check_positive
+        from tpo_agents.checks import check_positive
 
         check_positive("temperature", temperature)  # the log-probs are those of logits / temperature
         if lora_dropout != 0:
@@ -466,7 +466,7 @@ class LLMPolicy(BasePolicy):
         return self._frozen_reference.to(self.device)
 
     def logscores(self, token_log_probs: Tensor, mask: Tensor) -> Tensor:
-        """Per-completion log-score ``[R]``: :func:`agents.losses.sequence_logscores` with ``logscore``."""
+        """Per-completion log-score ``[R]``: :func:`tpo_agents.losses.sequence_logscores`, ``logscore``."""
         return sequence_logscores(token_log_probs, mask, self.logscore)
 
     # ------------------------------------------------------------------ SB3 interface
@@ -493,8 +493,8 @@ class LLMPolicy(BasePolicy):
         return (texts.reshape(()) if single else texts), None
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        """``nn.Module.state_dict``; empty while :func:`agents.policies.llm_checkpoint.save_llm` writes the
-        SB3 zip (the weights are then in the ``save_pretrained`` folder beside it)."""
+        """``nn.Module.state_dict``; empty while :func:`tpo_agents.policies.llm_checkpoint.save_llm` writes
+        the SB3 zip (the weights are then in the ``save_pretrained`` folder beside it)."""
         if getattr(self, "_weights_elsewhere", False):
             return {}
         return super().state_dict(*args, **kwargs)
@@ -503,7 +503,7 @@ class LLMPolicy(BasePolicy):
         """``nn.Module.load_state_dict``, then :meth:`sync_generator` (so vLLM samples the loaded weights).
 
         An empty ``state_dict`` for a policy built from a ``checkpoint`` folder keeps the folder's weights:
-        that is how an SB3 zip written by :func:`agents.policies.llm_checkpoint.save_llm` loads."""
+        that is how an SB3 zip written by :func:`tpo_agents.policies.llm_checkpoint.save_llm` loads."""
         if not state_dict and self.checkpoint is not None:
             self.sync_generator()
             return None

@@ -3,7 +3,7 @@
 :func:`save_llm` writes ``<name>.zip`` (SB3's zip of the algorithm: settings, spaces, counters, the
 policy's constructor arguments; no weights) and ``<name>.hf/`` (:meth:`LLMPolicy.save_pretrained`: the
 whole model and its tokenizer, or the LoRA adapter). The zip records the folder as the policy's
-``checkpoint``, so ``TPO.load("<name>.zip")`` (and ``python -m agents.evaluate``) rebuild the policy
+``checkpoint``, so ``TPO.load("<name>.zip")`` (and ``python -m tpo_agents.evaluate``) rebuild the policy
 from ``model`` with the folder's weights, and ``AutoModelForCausalLM.from_pretrained("<name>.hf")``
 loads the folder alone. The optimizer's moments are saved only with ``optimizer=True`` (they weigh
 twice the weights); without them a resumed run restarts AdamW's moments. The reference of the KL stays

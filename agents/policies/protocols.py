@@ -55,7 +55,7 @@ class SequencePolicy(ActionPolicy, Protocol):
 
 @runtime_checkable
 class TextPolicy(Protocol):
-    """A language model over prompt strings (``agents.policies.LLMPolicy``)."""
+    """A language model over prompt strings (``tpo_agents.policies.LLMPolicy``)."""
 
     logscore: str
     micro_batch_size: int

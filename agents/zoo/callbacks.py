@@ -23,21 +23,21 @@ from stable_baselines3.common.callbacks import (
 from stable_baselines3.common.logger import HParam, KVWriter, SeqWriter, TensorBoardOutputFormat
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-from agents.files import atomic_write
+from tpo_agents.files import atomic_write
 
 #: Scalars the HParams tab shows next to the hyperparameters.
 HPARAM_METRICS = ("rollout/task_error", "eval/task_error", "eval/mean_reward", "rollout/ep_rew_mean")
 
 
 def atomic_save(model: BaseAlgorithm, path: str) -> str:
-    """Save ``model`` to ``path`` (``.zip`` added if missing) with :func:`agents.files.atomic_write`.
+    """Save ``model`` to ``path`` (``.zip`` added if missing) with :func:`tpo_agents.files.atomic_write`.
 
     An interruption while writing leaves the previous file at ``path`` intact; the zip gets the mode
     of the run's other files. A language-model policy is saved by
-    :func:`agents.policies.llm_checkpoint.save_llm`: ``<name>.hf/`` (``save_pretrained``) beside the zip.
+    :func:`tpo_agents.policies.llm_checkpoint.save_llm`: ``<name>.hf/`` (``save_pretrained``) beside the zip.
     """
     path = path if path.endswith(".zip") else path + ".zip"
-    from agents.policies.llm_checkpoint import checkpoint_folder, is_llm_algorithm, save_llm
+    from tpo_agents.policies.llm_checkpoint import checkpoint_folder, is_llm_algorithm, save_llm
 
     if is_llm_algorithm(model):  # the weights as a save_pretrained folder beside a small zip
         folder = checkpoint_folder(path)
@@ -90,7 +90,7 @@ def never_firing(model: Any, callback: Any, total_timesteps: int) -> list[str]:
                 lines.append(f"{type(item).__name__}({name}={freq}) never fires: it counts callback steps, "
                              f"and {type(model).__name__} makes one per {per_step} env steps, so "
                              f"learn({total_timesteps}) makes {n_calls}; use {name} <= {n_calls}, or "
-                             "agents.zoo.callbacks.EveryTimesteps(n_steps, callback) to count env steps")
+                             "tpo_agents.zoo.callbacks.EveryTimesteps(n_steps, callback) to count env steps")
     return lines
 
 

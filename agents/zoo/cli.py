@@ -11,10 +11,10 @@ import argparse
 import textwrap
 from typing import Any
 
-from agents.zoo import hyperparams as hp
-from agents.zoo import optimize, registry
-from agents.zoo.envs import VEC_ENV_CLASSES
-from agents.zoo.run import DEFAULT_TB, EVAL_EPISODES, MAX_TABLES
+from tpo_agents.zoo import hyperparams as hp
+from tpo_agents.zoo import optimize, registry
+from tpo_agents.zoo.envs import VEC_ENV_CLASSES
+from tpo_agents.zoo.run import DEFAULT_TB, EVAL_EPISODES, MAX_TABLES
 
 
 class StoreDict(argparse.Action):
@@ -46,7 +46,7 @@ def epilog() -> str:
         "  python train.py --algo grpo --env TokenReversal -n 100000 --env-kwargs vocab_size:4\n"
         "  python train.py --algo tpo --env TokenReversal -params eta:0.5 group_mode:sequence --seed 0\n"
         "  python train.py --algo sb3_ppo --env CartPole-v1 -n 50000 -tb ''  # no TensorBoard\n"
-        "  python -m agents.evaluate --algo tpo --env TokenReversal -f logs/ # the latest run's task error\n"
+        "  python -m tpo_agents.evaluate --algo tpo --env TokenReversal -f logs/  # latest run's task error\n"
         f"\nalgorithms:\n  {algos}\n"
         f"\nenvs (short names work: TokenReversal; SB3's algorithms take any Gymnasium id):\n  {envs}\n"
     )

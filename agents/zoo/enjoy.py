@@ -1,11 +1,11 @@
 """Watch a trained agent: run it for N steps and print each finished episode as the env renders it.
 
-    python -m agents.enjoy --algo tpo --env TokenReversal -f logs/ -n 50
-    python -m agents.enjoy --algo tpo --env MultiContextBandit -f logs/ --exp-id 2 --stochastic
-    python -m agents.enjoy --algo sb3_ppo --model logs/ppo/CartPole-v1_1 --no-render   # an rl_zoo3 run
+    python -m tpo_agents.enjoy --algo tpo --env TokenReversal -f logs/ -n 50
+    python -m tpo_agents.enjoy --algo tpo --env MultiContextBandit -f logs/ --exp-id 2 --stochastic
+    python -m tpo_agents.enjoy --algo sb3_ppo --model logs/ppo/CartPole-v1_1 --no-render   # an rl_zoo3 run
 
 The RL Zoo's ``enjoy.py`` for text terminals. The model is found and loaded as
-``python -m agents.evaluate`` finds it (``-f``/``--exp-id`` or ``--model <run folder>``, then
+``python -m tpo_agents.evaluate`` finds it (``-f``/``--exp-id`` or ``--model <run folder>``, then
 ``--load-best``/``--load-checkpoint``/``--load-last-checkpoint``; or ``--model <zip>``) and its env
 rebuilt with the run's env kwargs, with ``render_mode="ansi"`` where the env has it (the ``TPO/`` token
 tasks, bandits and MNIST): each finished episode's final state is printed (the token tasks: prompt,
@@ -23,9 +23,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.zoo import evaluate as ev
-from agents.zoo.callbacks import episode_task_error
-from agents.zoo.hyperparams import ConfigError
+from tpo_agents.zoo import evaluate as ev
+from tpo_agents.zoo.callbacks import episode_task_error
+from tpo_agents.zoo.hyperparams import ConfigError
 
 #: Where :class:`FinalRender` puts the rendered last state of an episode in the step's info.
 RENDER_KEY = "final_render"
@@ -43,10 +43,10 @@ class FinalRender(gym.Wrapper):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Command line of ``python -m agents.enjoy``: rl_zoo3's ``enjoy.py`` flags (helps say differences)."""
+    """Command line of ``python -m tpo_agents.enjoy``: rl_zoo3's ``enjoy.py`` flags (help: differences)."""
     lines = __doc__.splitlines()
     examples = "examples:\n" + "\n".join(line for line in lines if line.startswith("    python"))
-    p = argparse.ArgumentParser(prog="python -m agents.enjoy", description=lines[0], epilog=examples,
+    p = argparse.ArgumentParser(prog="python -m tpo_agents.enjoy", description=lines[0], epilog=examples,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--algo", type=str, default=None,
                    help=f"algorithm the model was trained with (default: the run's, else {ev.DEFAULT_ALGO})")
@@ -65,12 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--load-last-checkpoint", action="store_true", help="load the latest checkpoint")
     p.add_argument("-n", "--n-timesteps", type=int, default=1000,
                    help="number of STEPS (default: 1000), as in rl_zoo3 (each steps all --n-envs envs); "
-                   "python -m agents.evaluate -n counts episodes")
+                   "python -m tpo_agents.evaluate -n counts episodes")
     p.add_argument("--n-envs", type=int, default=1, help="envs run side by side (default: 1)")
     acting = p.add_mutually_exclusive_group()
     acting.add_argument("--deterministic", action="store_true", help="greedy actions (default, as rl_zoo3)")
     acting.add_argument("--stochastic", action="store_true",
-                        help="sampled actions (python -m agents.evaluate samples by default)")
+                        help="sampled actions (python -m tpo_agents.evaluate samples by default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the env and of sampled actions (default: 0)")
     p.add_argument("--env-kwargs", type=str, nargs="+", action=ev.StoreDict, default={},
                    help="key:value env kwargs, on top of the run's")
@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     custom = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0}
     chosen = ev.choose_model(args, **({"custom_objects": custom} if args.custom_objects else {}))
     if ev.is_text_env(chosen.env_id):
-        raise ConfigError(f"{chosen.env_id} is a text env: watch it with python -m agents.evaluate "
-                          f"(greedy and pass@k scores), not agents.enjoy")  # fmt: skip
+        raise ConfigError(f"{chosen.env_id} is a text env: watch it with python -m tpo_agents.evaluate "
+                          f"(greedy and pass@k scores), not tpo_agents.enjoy")  # fmt: skip
     render_mode = None if args.no_render else text_render_mode(chosen.env_id)
     if not args.no_render and render_mode is None:
         print(f"{chosen.env_id} has no text rendering (render_mode 'ansi'): printing each episode's return")
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    """Entry point of ``python -m agents.enjoy``: :func:`main` with user errors as one ``error:`` line."""
+    """Entry point of ``python -m tpo_agents.enjoy``: :func:`main` with user errors as one ``error:`` line."""
     try:
         main(argv)
     except ConfigError as err:

@@ -21,7 +21,7 @@ from stable_baselines3.common.vec_env import (
     VecNormalize,
 )
 
-from agents.zoo.registry import ENV_NAMESPACE
+from tpo_agents.zoo.registry import ENV_NAMESPACE
 
 VEC_ENV_CLASSES: dict[str, type[VecEnv]] = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}
 

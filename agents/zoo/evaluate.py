@@ -1,8 +1,8 @@
 """Evaluate a saved model: the task's error (and reward, success rate) over N episodes.
 
-    python -m agents.evaluate --algo tpo --env TokenReversal -f logs/ -n 1000
-    python -m agents.evaluate --algo tpo --env TokenReversal --model path/to/model.zip --deterministic
-    python -m agents.evaluate --algo tpo --env ReasoningGym -f logs/ -n 100 --pass-k 8
+    python -m tpo_agents.evaluate --algo tpo --env TokenReversal -f logs/ -n 1000
+    python -m tpo_agents.evaluate --algo tpo --env TokenReversal --model path/to/model.zip --deterministic
+    python -m tpo_agents.evaluate --algo tpo --env ReasoningGym -f logs/ -n 100 --pass-k 8
 
 A text env (language models) is evaluated on its ``eval`` split: the first N items, the mean score
 of greedy completions and pass@k, the fraction of items where one of k sampled completions succeeds.
@@ -26,16 +26,16 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.utils import check_for_correct_spaces
 
-from agents.base import model_zip_path
-from agents.zoo import registry
-from agents.zoo.callbacks import episode_task_error
-from agents.zoo.cli import StoreDict
-from agents.zoo.envs import make_env, normalized
-from agents.zoo.hyperparams import ConfigError, evaluated, merge_env_kwargs, one_line
-from agents.zoo.run import resolve
-from agents.zoo.run_files import read_run_yaml
+from tpo_agents.base import model_zip_path
+from tpo_agents.zoo import registry
+from tpo_agents.zoo.callbacks import episode_task_error
+from tpo_agents.zoo.cli import StoreDict
+from tpo_agents.zoo.envs import make_env, normalized
+from tpo_agents.zoo.hyperparams import ConfigError, evaluated, merge_env_kwargs, one_line
+from tpo_agents.zoo.run import resolve
+from tpo_agents.zoo.run_files import read_run_yaml
 
-#: The algorithm and env of ``python -m agents.evaluate`` without a run to take them from.
+#: The algorithm and env of ``python -m tpo_agents.evaluate`` without a run to take them from.
 DEFAULT_ALGO, DEFAULT_ENV = "tpo", "TPO/TokenReversal-v0"
 
 
@@ -117,8 +117,8 @@ def is_text_env(env_id: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Command line of ``python -m agents.evaluate`` (names as the RL Zoo's ``enjoy.py``)."""
-    p = argparse.ArgumentParser(prog="python -m agents.evaluate", description=__doc__.split("\n")[0])
+    """Command line of ``python -m tpo_agents.evaluate`` (names as the RL Zoo's ``enjoy.py``)."""
+    p = argparse.ArgumentParser(prog="python -m tpo_agents.evaluate", description=__doc__.split("\n")[0])
     p.add_argument(
         "--algo", type=str, default=None,
         help=f"algorithm the model was trained with (default: the run's, else {DEFAULT_ALGO})",
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-n", "--n-episodes", type=int, default=100,
         help="number of EPISODES to evaluate (text envs: eval items); unlike rl_zoo3's enjoy -n (and "
-        "python -m agents.enjoy -n), which counts steps",
+        "python -m tpo_agents.enjoy -n), which counts steps",
     )  # fmt: skip
     p.add_argument("--pass-k", type=int, default=8, help="text envs: k of pass@k (0: greedy only)")
     p.add_argument("--n-envs", type=int, default=1, help="envs evaluated in parallel")
@@ -386,7 +386,7 @@ def report(result: dict[str, Any], path: str) -> str:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    """Entry point of ``python -m agents.evaluate``: :func:`main` with user errors as one ``error:`` line."""
+    """Entry point of ``python -m tpo_agents.evaluate``: :func:`main`, user errors as one ``error:`` line."""
     try:
         main(argv)
     except ConfigError as err:

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from agents import checks
+from tpo_agents import checks
 
 #: Keys the zoo consumes itself; they never reach the algorithm's constructor.
 ZOO_KEYS = frozenset(
@@ -116,7 +116,7 @@ def merge_env_kwargs(
     kind were written for the old dataset and are dropped; the env's named kwargs (``reward``, ``size``,
     ``seed``, ...) are kept. ``said``: (where ``lower``, where ``upper`` came from), to print what is
     dropped."""
-    from agents.zoo.registry import env_signature
+    from tpo_agents.zoo.registry import env_signature
 
     switched = "dataset" in upper and upper["dataset"] != lower.get("dataset")
     signature = env_signature(env_id) if switched and env_id else None
@@ -276,7 +276,7 @@ def file_entry(path: Path, algo: str, env_id: str, required: bool, verbose: int 
 
 def drop_foreign_env_kwargs(entry: dict[str, Any], env_id: str, path: Path, verbose: int = 1) -> None:
     """Remove a ``default`` entry's env kwargs that ``env_id`` does not take (all of them, with a note)."""
-    from agents.zoo.registry import env_kwarg_names
+    from tpo_agents.zoo.registry import env_kwarg_names
 
     accepted = env_kwarg_names(env_id)
     for key in MERGED_KEYS:
@@ -440,10 +440,14 @@ def evaluated(value: Any) -> Any:
 
 
 def import_object(path: str) -> Any:
-    """Import ``"package.module.Name"`` (or ``"package.module:Name"``)."""
+    """Import ``"package.module.Name"`` (or ``"package.module:Name"``). A path into this package under its
+    old import name (``agents.zoo.sb3_algos.MlpLstmPolicy``) is read as ``tpo_agents.…``."""
     module_name, _, name = path.replace(":", ".").rpartition(".")
     if not module_name:
         raise ConfigError(f"Expected a dotted path 'module.Name', got {path!r}")
+    first, _, rest = module_name.partition(".")
+    if first == "agents" and rest and importlib.util.find_spec(f"tpo_agents.{rest.partition('.')[0]}"):
+        module_name = f"tpo_agents.{rest}"
     return getattr(importlib.import_module(module_name), name)
 
 

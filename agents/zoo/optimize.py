@@ -1,9 +1,9 @@
 """Hyperparameter search with Optuna, RL Zoo style: ``train.py --algo tpo --env TokenReversal -optimize``.
 
 Each trial is an ordinary zoo run without files: the entry's hyperparameters (YAML < files <
-``key:value`` overrides < flags, exactly as :func:`agents.zoo.run.configure` merges them) plus the
-values the algorithm's sampler (:mod:`agents.zoo.samplers`) draws, checked and built by the zoo's own
-run builder (:func:`agents.zoo.run.check_hyperparams`, :func:`agents.zoo.run.assemble`). It trains for
+``key:value`` overrides < flags, exactly as :func:`tpo_agents.zoo.run.configure` merges them) plus the
+values the algorithm's sampler (:mod:`tpo_agents.zoo.samplers`) draws, checked and built by the zoo's own
+run builder (:func:`tpo_agents.zoo.run.check_hyperparams`, :func:`tpo_agents.zoo.run.assemble`). It trains for
 ``n_timesteps`` with ``--n-evaluations`` evaluations (``--eval-episodes`` episodes on
 ``--n-eval-envs`` envs): the intermediate ones are reported to the trial, whose pruner may stop it,
 and the last one, on the final policy, is the trial's value.
@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from agents.zoo import callbacks as cb
-from agents.zoo import hyperparams as hp
-from agents.zoo import registry
-from agents.zoo.run import RunSetup, assemble, check_hyperparams
-from agents.zoo.samplers import SAMPLERS, SamplerContext
-from agents.zoo.studies import default_study_name, open_storage
+from tpo_agents.zoo import callbacks as cb
+from tpo_agents.zoo import hyperparams as hp
+from tpo_agents.zoo import registry
+from tpo_agents.zoo.run import RunSetup, assemble, check_hyperparams
+from tpo_agents.zoo.samplers import SAMPLERS, SamplerContext
+from tpo_agents.zoo.studies import default_study_name, open_storage
 
 if TYPE_CHECKING:
     import optuna
@@ -147,7 +147,7 @@ class SearchOptions:
 
 @dataclass
 class OptimizeResult:
-    """What a search returns (from :func:`agents.zoo.train.train` with ``-optimize``)."""
+    """What a search returns (from :func:`tpo_agents.zoo.train.train` with ``-optimize``)."""
 
     study: Any
     report_path: str
@@ -678,7 +678,7 @@ class QuietInterrupt(logging.Filter):
 
 
 def hyperparameter_optimization(setup: RunSetup, argv: list[str]) -> OptimizeResult:
-    """Search ``setup``'s hyperparameters (the ``-optimize`` mode of :func:`agents.zoo.train.train`)."""
+    """Search ``setup``'s hyperparameters (the ``-optimize`` mode of :func:`tpo_agents.zoo.train.train`)."""
     import optuna
 
     options = check_options(setup)

@@ -1,7 +1,7 @@
 """Plot zoo runs: learning curves over seeds (mean +- standard error) and a table of final scores.
 
-    python -m agents.zoo.plots -f logs/ -a tpo grpo sb3_ppo -e TokenReversal -y task_error -x updates
-    python -m agents.zoo.plots -f logs/ -a a2c dqn -e CartPole-v1 Acrobot-v1 -y reward --table scores.md
+    python -m tpo_agents.zoo.plots -f logs/ -a tpo grpo sb3_ppo -e TokenReversal -y task_error -x updates
+    python -m tpo_agents.zoo.plots -f logs/ -a a2c dqn -e CartPole-v1 Acrobot-v1 -y reward --table scores.md
 
 The RL Zoo's ``plot_train`` and ``all_plots`` in one command: every run ``<Env>_<N>`` of an (algo, env)
 pair is one seed (a run resumed with ``-i`` continues the seed it was resumed from); each env gets a
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.zoo import results
-from agents.zoo.results import ResultsError, Run
+from tpo_agents.zoo import results
+from tpo_agents.zoo.results import ResultsError, Run
 
 #: Default smoothing: 100 episodes (the RL Zoo's plot_train), one point for updates and evaluations.
 DEFAULT_WINDOW = {"episode": 100, "update": 1, "eval": 1}
@@ -47,7 +47,7 @@ class Group:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line, with the RL Zoo's plotting flag names."""
-    p = argparse.ArgumentParser(prog="python -m agents.zoo.plots", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tpo_agents.zoo.plots", description=__doc__.split("\n")[0])
     p.add_argument("-f", "--log-folder", "--exp-folder", dest="log_folder", default="logs", help="log folder")
     p.add_argument("-a", "--algos", "--algo", dest="algos", nargs="+", help="algorithms (default: all found)")
     p.add_argument("-e", "--envs", "--env", dest="envs", nargs="+",

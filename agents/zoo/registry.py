@@ -21,17 +21,17 @@ import re
 from typing import Any
 
 ALGOS: dict[str, str] = {
-    "tpo": "agents.tpo:TPO",
-    "grpo": "agents.grpo:GRPO",
-    "dg": "agents.dg:DG",
-    "ppo": "agents.ppo:PPO",
-    "pg": "agents.pg:PG",
-    "group_pg": "agents.pg:GroupPG",
-    "ce": "agents.ce:CE",
-    "tpo_no_anchor": "agents.tpo:TPO",
-    "tpo_1ep": "agents.tpo:TPO",
-    "grpo_no_kl": "agents.grpo:GRPO",
-    "grpo_masked": "agents.grpo:GRPO",
+    "tpo": "tpo_agents.tpo:TPO",
+    "grpo": "tpo_agents.grpo:GRPO",
+    "dg": "tpo_agents.dg:DG",
+    "ppo": "tpo_agents.ppo:PPO",
+    "pg": "tpo_agents.pg:PG",
+    "group_pg": "tpo_agents.pg:GroupPG",
+    "ce": "tpo_agents.ce:CE",
+    "tpo_no_anchor": "tpo_agents.tpo:TPO",
+    "tpo_1ep": "tpo_agents.tpo:TPO",
+    "grpo_no_kl": "tpo_agents.grpo:GRPO",
+    "grpo_masked": "tpo_agents.grpo:GRPO",
     "sb3_ppo": "stable_baselines3:PPO",
     "a2c": "stable_baselines3:A2C",
     "dqn": "stable_baselines3:DQN",
@@ -79,7 +79,7 @@ def get_algo(name: str) -> Any:
 
 
 def algo_module(name: str) -> str:
-    """The module that defines algorithm ``name`` (e.g. ``"agents.tpo"``)."""
+    """The module that defines algorithm ``name`` (e.g. ``"tpo_agents.tpo"``)."""
     return ALGOS[algo_key(name)].split(":")[0]
 
 

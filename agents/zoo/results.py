@@ -15,7 +15,7 @@ rl_zoo3's folders they come from ``trained_agent`` and the step count its zip ho
   model's step count: this zoo keeps it on ``-i``, rl_zoo3 restarts it at 0 (placed after the resume).
 
 The task error of an episode is its ``token_error`` (token tasks) or ``1 - is_success`` (bandits, MNIST),
-as ``rollout/task_error`` and ``python -m agents.evaluate`` define it; an env without either (CartPole)
+as ``rollout/task_error`` and ``python -m tpo_agents.evaluate`` define it; an env without either (CartPole)
 has none, and rl_zoo3's monitor files record neither.
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.zoo import registry
-from agents.zoo.run_files import RunFileError, read_run_yaml
+from tpo_agents.zoo import registry
+from tpo_agents.zoo.run_files import RunFileError, read_run_yaml
 
 X_AXES = ("timesteps", "episodes", "updates")
 Y_AXES = ("task_error", "reward", "success")

@@ -1,11 +1,11 @@
 """One zoo run, from the parsed command line to the saved model; the one place a run is assembled.
 
 The steps of rl_zoo3's ``ExperimentManager``, as small functions that ``train.py``, the Optuna objective
-(:mod:`agents.zoo.optimize`) and the experiments share:
+(:mod:`tpo_agents.zoo.optimize`) and the experiments share:
 
 1. :func:`configure`: resolve the algorithm and env, seed, merge the hyperparameters (YAML dir < file <
    ``key:value`` overrides < flags) and check them and the flags, so that bad input is a one-line
-   :class:`~agents.zoo.hyperparams.ConfigError` before anything is written;
+   :class:`~tpo_agents.zoo.hyperparams.ConfigError` before anything is written;
 2. :func:`assemble`: the training and evaluation envs, the model (new or ``--trained-agent``) and, for
    ARS with ``n_envs > 1``, its evaluation workers; :meth:`RunParts.close` closes them;
 3. :func:`train_run`: the run folder (``<log-folder>/<algo>/<Env>_<N>[_<uuid>]/``), its files, the
@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import model_zip_path
-from agents.base_class import own_hyperparameters, saved_attributes, saved_by
-from agents.checks import HyperparameterError
-from agents.provenance import code_version
-from agents.zoo import callbacks as cb
-from agents.zoo import hyperparams as hp
-from agents.zoo import registry, sb3_algos, studies, tracking
-from agents.zoo.envs import make_env, normalize_kwargs, normalized
-from agents.zoo.run_files import read_run_yaml
+from tpo_agents.base import model_zip_path
+from tpo_agents.base_class import own_hyperparameters, saved_attributes, saved_by
+from tpo_agents.checks import HyperparameterError
+from tpo_agents.provenance import code_version
+from tpo_agents.zoo import callbacks as cb
+from tpo_agents.zoo import hyperparams as hp
+from tpo_agents.zoo import registry, sb3_algos, studies, tracking
+from tpo_agents.zoo.envs import make_env, normalize_kwargs, normalized
+from tpo_agents.zoo.run_files import read_run_yaml
 
 #: The evaluation env's seed is the run's seed plus this offset (distinct prompt streams).
 EVAL_SEED_OFFSET = 2**16
@@ -204,7 +204,7 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def record_flags(hyper: hp.Hyperparams, args: argparse.Namespace) -> None:
     """Put ``-n``, ``--env-kwargs`` and ``--eval-env-kwargs`` into the hyperparameters (merged with the
-    YAML env kwargs: :meth:`~agents.zoo.hyperparams.Hyperparams.update`), so that ``config.yml`` and the
+    YAML env kwargs: :meth:`~tpo_agents.zoo.hyperparams.Hyperparams.update`), so that ``config.yml`` and the
     printed values are what runs."""
     if args.n_timesteps > 0:
         hyper.update({"n_timesteps": args.n_timesteps}, "-n")
@@ -257,7 +257,7 @@ def check_trained_agent(setup: RunSetup) -> None:
 
 def check_bare_zip(setup: RunSetup, given: str, path: str) -> None:
     """A zip outside a run folder holds the grouped algorithm's own hyperparameters (TPO: ``eta``,
-    ``anchor``: :func:`agents.base_class.check_saved_by`); else a one-line error naming the algorithms
+    ``anchor``: :func:`tpo_agents.base_class.check_saved_by`); else a one-line error naming the algorithms
     whose zips hold what it holds."""
     attributes = saved_attributes(path)
     if attributes is None:

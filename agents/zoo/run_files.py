@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from agents.zoo.hyperparams import ConfigError
+from tpo_agents.zoo.hyperparams import ConfigError
 
 ORDERED_DICT_TAG = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
 TUPLE_TAG = "tag:yaml.org,2002:python/tuple"

@@ -2,7 +2,7 @@
 
 - The spaces each SB3 algorithm takes (:data:`ACTION_SPACES`, :data:`OBSERVATION_SPACES`, as their
   constructors declare them), checked before a run starts: a mismatch is a one-line
-  :class:`~agents.zoo.hyperparams.ConfigError` that names the algorithms that fit.
+  :class:`~tpo_agents.zoo.hyperparams.ConfigError` that names the algorithms that fit.
 - A grouped algorithm (``tpo``, ``grpo``, ...) needs an env with the grouped capabilities
   (``score_candidates`` and shared-context resets: the ``TPO/`` envs); on any other env it is a
   one-line error naming the SB3 algorithms to use instead.
@@ -19,8 +19,8 @@ from typing import Any
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 
-from agents.zoo import registry
-from agents.zoo.hyperparams import ConfigError
+from tpo_agents.zoo import registry
+from tpo_agents.zoo.hyperparams import ConfigError
 
 _ACTOR_CRITIC = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 #: Action spaces each SB3 algorithm accepts (``supported_action_spaces`` of its constructor).
@@ -51,7 +51,7 @@ def grouped_algos(env_id: str | None = None) -> list[str]:
     names = [name for name in registry.ALGOS if name not in registry.EXTERNAL_ALGOS]
     if env_id is None:
         return names
-    from agents.modes import MODES
+    from tpo_agents.modes import MODES
 
     env_class = _env_class(env_id)
     modes = {name: registry.get_algo(name).supported_modes() for name in names}
@@ -83,7 +83,7 @@ def accepts(algo: str, observation_space: spaces.Space, action_space: spaces.Spa
 
 def is_grouped_env(env_id: str) -> bool:
     """True if ``env_id`` is a natively batched ``tpo_gym`` env with the grouped capabilities."""
-    from agents.modes import MODES
+    from tpo_agents.modes import MODES
 
     env_class = _env_class(env_id)
     env_types = tuple(env_type for mode in MODES.values() for env_type in mode.env_types)
@@ -191,7 +191,7 @@ class MlpLstmPolicy(RecurrentActorCriticPolicy):
 
     SB3 sizes the flattened one-hot features of a ``MultiDiscrete`` space as ``sum(nvec)``, a numpy
     integer, which ``torch.nn.LSTM`` refuses (``input_size should be of type int``); this policy makes
-    the size a Python ``int``. Use it as ``policy: agents.zoo.sb3_algos.MlpLstmPolicy``.
+    the size a Python ``int``. Use it as ``policy: tpo_agents.zoo.sb3_algos.MlpLstmPolicy``.
     """
 
     def make_features_extractor(self) -> Any:

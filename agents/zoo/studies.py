@@ -1,6 +1,6 @@
 """Optuna studies on disk: open a ``--storage``, name a study, read one trial's hyperparameters back.
 
-Used by the search (:mod:`agents.zoo.optimize`) and by ``train.py --trial-id N``, which trains once
+Used by the search (:mod:`tpo_agents.zoo.optimize`) and by ``train.py --trial-id N``, which trains once
 with the hyperparameters trial N of a study drew (rl_zoo3's ``--trial-id``).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agents.zoo import hyperparams as hp
+from tpo_agents.zoo import hyperparams as hp
 
 
 def default_study_name(algo: str, env_name: str) -> str:

@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from agents.zoo import hyperparams as hp
+from tpo_agents.zoo import hyperparams as hp
 
 RUNS_DIR = "runs"
 """The TensorBoard root of tracked runs (rl_zoo3's)."""

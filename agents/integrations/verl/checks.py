@@ -6,7 +6,7 @@ through the data-parallel split, the mini-batches and the micro-batches as long 
 ``trainer.balance_batch=false``, ``use_dynamic_bsz=false``, ``actor.shuffle=false`` and every per-GPU
 mini/micro-batch is a multiple of K rows; the v1 trainer always rebalances rows by length and is
 refused. :func:`config_errors` checks all of this, ``actor.rollout_n`` = ``rollout.n``, and TPO's
-settings in the policy-loss node (:mod:`agents.integrations.verl.settings`).
+settings in the policy-loss node (:mod:`tpo_agents.integrations.verl.settings`).
 """
 
 from __future__ import annotations

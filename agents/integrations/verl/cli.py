@@ -1,5 +1,5 @@
-"""The command line: ``python -m agents.integrations.verl check CONFIG.yaml [key=value ...]`` and
-``python -m agents.integrations.verl export --env ID --out DIR``."""
+"""The command line: ``python -m tpo_agents.integrations.verl check CONFIG.yaml [key=value ...]`` and
+``python -m tpo_agents.integrations.verl export --env ID --out DIR``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["main"]
 
 def _parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
     """``key:value`` items, each value read as the zoo reads ``--env-kwargs`` (Python, else a string)."""
-    from agents.zoo.hyperparams import parse_value
+    from tpo_agents.zoo.hyperparams import parse_value
 
     kwargs: dict[str, Any] = {}
     for item in items:
@@ -29,7 +29,7 @@ def _parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``check`` a verl config for TPO, or ``export`` a text env's parquet files; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m agents.integrations.verl",
+    parser = argparse.ArgumentParser(prog="python -m tpo_agents.integrations.verl",
                                      description="TPO's verl plugin: check a config, export a text env")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="validate a verl config for the tpo estimator and loss")

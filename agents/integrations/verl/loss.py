@@ -1,8 +1,8 @@
-"""verl's advantage estimator and policy loss ``"tpo"`` (paper Sec. 2), on :mod:`agents.losses`.
+"""verl's advantage estimator and policy loss ``"tpo"`` (paper Sec. 2), on :mod:`tpo_agents.losses`.
 
 * estimator: u = standardize(s) within the rows sharing a ``uid`` (population std, u = 0 for a
   zero-variance group), written on every response token (``advantages = returns = u_i * m_i``);
-* loss: rows ``[j*K, (j+1)*K)`` of a micro-batch are group j; :func:`agents.losses.completion_tpo_loss`
+* loss: rows ``[j*K, (j+1)*K)`` of a micro-batch are group j; :func:`tpo_agents.losses.completion_tpo_loss`
   on ``log_prob`` (L_theta), ``old_log_prob`` (L_old), ``response_mask`` and the rows' u, scaled by
   D * G_m / G so that verl's sum over micro-batches and mean over ranks is the mean over all G groups of
   the mini-batch. Rows without response tokens leave their group's softmax.
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.losses import completion_tpo_loss, standardize
+from tpo_agents.losses import completion_tpo_loss, standardize
 
 from .settings import cfg, tpo_settings
 
@@ -39,7 +39,7 @@ def compute_tpo_advantage(
     """verl advantage estimator ``"tpo"``: within-group standardised scores (paper Sec. 2, App. A).
 
     s_i = sum_t r_{i,t};  u = standardize(s) over the rows sharing a uid ``index`` (population std,
-    u = 0 for a zero-variance group, :func:`agents.losses.standardize`);  A_{i,t} = u_i m_{i,t}.
+    u = 0 for a zero-variance group, :func:`tpo_agents.losses.standardize`);  A_{i,t} = u_i m_{i,t}.
     Returns ``(advantages, returns)``, both ``A`` ``[N, T]``. Groups are found by uid, so the row
     order does not matter here (the loss needs contiguous groups). ``config`` (verl's
     ``AlgoConfig``) and other keywords verl passes (``reward_baselines``) are not used.
@@ -160,9 +160,10 @@ def compute_tpo_policy_loss(
 
     Rows ``[j*K, (j+1)*K)`` of the micro-batch are group j, K = ``config.rollout_n``; u_i = the row's
     advantage (the ``"tpo"`` estimator's z-score); with eta and the log-score reduction from
-    ``config.policy_loss`` (:func:`~agents.integrations.verl.settings.tpo_settings`),
+    ``config.policy_loss`` (:func:`~tpo_agents.integrations.verl.settings.tpo_settings`),
 
-        CE_m = :func:`agents.losses.completion_tpo_loss` (log_prob, old_log_prob, response_mask, u, K, eta)
+        CE_m = :func:`tpo_agents.losses.completion_tpo_loss` (log_prob, old_log_prob, response_mask, u, K,
+        eta)
         loss = CE_m * D * G_m / G,
 
     the mean over the micro-batch's G_m groups turned into its share of the mean over all G groups of

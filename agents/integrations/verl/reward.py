@@ -1,6 +1,6 @@
 """verl's ``custom_reward_function`` for the exported text envs: :func:`compute_score`.
 
-``reward.custom_reward_function.path=pkg://agents.integrations.verl`` and ``name=compute_score``; each
+``reward.custom_reward_function.path=pkg://tpo_agents.integrations.verl`` and ``name=compute_score``; each
 process rebuilds a split's reasoning-gym task once (cached under a lock).
 """
 
@@ -55,7 +55,7 @@ def compute_score(
     missing = [key for key in ("env_kwargs", "split", "index") if info.get(key) is None]
     if missing:
         raise ValueError(f"extra_info lacks {', '.join(missing)} (data_source={data_source!r}): export the "
-                         f"data with `python -m agents.integrations.verl export`")
+                         f"data with `python -m tpo_agents.integrations.verl export`")
     split = info["split"]
     if split not in SPLITS:
         raise ValueError(f"extra_info split={split!r}: expected 'train' or 'test'")

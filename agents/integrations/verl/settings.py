@@ -9,7 +9,7 @@ default, or ``sum``). The shipped config sets::
     actor_rollout_ref:
       actor:
         policy_loss:
-          _target_: agents.integrations.verl.settings.TPOPolicyLossConfig
+          _target_: tpo_agents.integrations.verl.settings.TPOPolicyLossConfig
           loss_mode: tpo
           tpo_eta: 1.0
           tpo_logscore: mean
@@ -33,7 +33,7 @@ DEFAULT_ETA = 1.0
 DEFAULT_LOGSCORE = "mean"
 LOGSCORES = ("mean", "sum")
 #: The ``_target_`` of the policy-loss node that carries TPO's settings.
-TARGET = "agents.integrations.verl.settings.TPOPolicyLossConfig"
+TARGET = "tpo_agents.integrations.verl.settings.TPOPolicyLossConfig"
 _KEY = "actor_rollout_ref.actor.policy_loss"
 
 

@@ -21,7 +21,7 @@ from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
 from tpo_agents.base_class import EnvLike, GroupBaseAlgorithm, env_id_and_kwargs, model_zip_path
-from tpo_agents.engine import fused_collector, wants_rollout_metrics, wants_train_diagnostics
+from tpo_agents.modes import GroupView, SampleView, View
 
 __all__ = ["EnvLike", "GroupAlgorithm", "env_id_and_kwargs", "model_zip_path"]
 
@@ -64,7 +64,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
             total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
         )
         without_signal_before = self.batches_without_signal
-        fused = fused_collector(self)  # the engine's collection, or None: the generic path
+        fused = self.fused_collector()  # the engine's collection, or None: the generic path
         every_update = fused is None or wants_train_diagnostics(callback)
         every_rollout = fused is None or wants_rollout_metrics(callback)
         callback.on_training_start(locals(), globals())
@@ -147,7 +147,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         start = time.perf_counter()
         for epoch in range(self.n_epochs):
             self.policy.optimizer.zero_grad()
-            stats, loss = self._accumulate_gradients(batch)
+            stats, loss = self._accumulate_gradients(batch, first_epoch=epoch == 0)
             if epoch == 0:
                 if diagnostics:
                     stats["grad_norm"] = _global_grad_norm(self.policy.parameters(), self.n_seeds)
@@ -185,14 +185,17 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         return sum(weight * float(self.mode.approx_kl(part, self.mode.log_probs(self.policy, part)))
                    for part, weight in self.mode.parts(batch))
 
-    def _accumulate_gradients(self, batch: Any) -> tuple[dict[str, float], float]:
-        """Backward of the loss over the batch's parts; returns (stats, loss), weighted by their shares."""
-        loss_fn = getattr(self, f"{self._view}_loss")
+    def _accumulate_gradients(self, batch: Any, first_epoch: bool = True) -> tuple[dict[str, float], float]:
+        """Backward of the loss over the batch's parts; returns (stats, loss), weighted by their shares.
+        The first epoch reads the log-probs that collection computed at theta_old where it did."""
         stats: dict[str, float] = {}
         total_loss = 0.0
         for part, weight in self.mode.parts(batch):
-            log_probs = self.mode.log_probs(self.policy, part)
-            loss, part_stats = loss_fn(self.mode.view(self._view, part, log_probs))
+            if first_epoch:
+                log_probs = self.mode.first_epoch_log_probs(self.policy, part)
+            else:
+                log_probs = self.mode.log_probs(self.policy, part)
+            loss, part_stats = self.loss(self.mode.view(self._view, part, log_probs))
             if self.kl_coef:
                 kl_ref = self.mode.reference_kl(self.policy, part, log_probs)
                 part_stats["reference_kl"] = kl_ref.detach()
@@ -204,12 +207,16 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         return stats, total_loss
 
     # -------------------------------------------------------------------------- algorithm hooks
-    # A subclass defines one or more of:
-    #   group_loss(view: GroupView)   -> (loss, stats)
-    #   sample_loss(view: SampleView) -> (loss, stats)
-    #   exact_loss(view: ExactView)   -> (loss, stats)
-    # ``stats`` (tensors or floats) are logged under ``train/`` from the first epoch, except
-    # LAST_EPOCH_STATS (measured at the start of the last epoch; not logged with one epoch).
+    def loss(self, view: View) -> tuple[th.Tensor, dict[str, Any]]:
+        """The algorithm's loss on ``view`` and its stats: ``group_loss``, ``sample_loss`` or ``exact_loss``
+        by the view's type (a subclass defines those of :meth:`loss_views`). The stats (tensors or floats)
+        are logged under ``train/`` from the first epoch, except LAST_EPOCH_STATS (measured at the start
+        of the last epoch; not logged with one epoch)."""
+        if isinstance(view, GroupView):
+            return self.group_loss(view)
+        if isinstance(view, SampleView):
+            return self.sample_loss(view)
+        return self.exact_loss(view)
 
     # ------------------------------------------------------------------------------- logging
     def _dump_logs(self, iteration: int) -> None:
@@ -222,6 +229,28 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         if self.ep_info_buffer:
             self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))
         self.logger.dump(step=self.num_timesteps)
+
+
+def _asks(callback: BaseCallback | None, flag: str) -> bool:
+    """Whether ``callback`` or one it chains (``CallbackList``, an event callback's child) sets ``flag``."""
+    if callback is None:
+        return False
+    if getattr(callback, flag, False):
+        return True
+    children = [*getattr(callback, "callbacks", []), getattr(callback, "callback", None)]
+    return any(_asks(child, flag) for child in children if isinstance(child, BaseCallback))
+
+
+def wants_train_diagnostics(callback: BaseCallback | None) -> bool:
+    """Whether ``callback`` (or one it chains) reads the ``train/`` diagnostics of every update: it says
+    so with ``wants_train_diagnostics = True``."""
+    return _asks(callback, "wants_train_diagnostics")
+
+
+def wants_rollout_metrics(callback: BaseCallback | None) -> bool:
+    """Whether ``callback`` (or one it chains) reads every batch's ``rollout/`` values (the logger's, or
+    ``model.member_rollout``): it says so with ``wants_rollout_metrics = True``."""
+    return _asks(callback, "wants_rollout_metrics")
 
 
 def _warn_without_signal(without_signal: int, batches: int) -> None:

@@ -21,6 +21,7 @@ import re
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -35,8 +36,18 @@ from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spac
 from stable_baselines3.common.vec_env import VecEnv
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-from tpo_agents import checks
-from tpo_agents.modes import DEFAULT_GROUP_SIZE, MODES, VIEWS, CollectionMode, EnvTraits, make_mode
+from tpo_agents import checks, engine
+from tpo_agents.modes import (
+    DEFAULT_GROUP_SIZE,
+    MODES,
+    VIEWS,
+    CollectionMode,
+    EnvTraits,
+    ExactView,
+    GroupView,
+    SampleView,
+    make_mode,
+)
 from tpo_agents.policies import GroupPolicy, MlpPolicy, TabularPolicy, TransformerPolicy
 from tpo_agents.populations import make_population
 from tpo_gym.sb3 import SB3VecEnv
@@ -123,6 +134,11 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         "MlpPolicy": MlpPolicy,
         "TabularPolicy": TabularPolicy,
     }
+    #: The algorithm's losses, ``(loss, stats)`` of a view: a subclass defines those it has (a method),
+    #: the others stay None; :meth:`loss_views` lists the views it can train on.
+    group_loss: ClassVar[Callable[[Any, GroupView], tuple[th.Tensor, dict]] | None] = None
+    sample_loss: ClassVar[Callable[[Any, SampleView], tuple[th.Tensor, dict]] | None] = None
+    exact_loss: ClassVar[Callable[[Any, ExactView], tuple[th.Tensor, dict]] | None] = None
     #: The collection modes in this algorithm's order of preference: without ``group_mode`` it takes
     #: the first supported one that is natural for the env (``CollectionMode.is_natural_for``).
     mode_preference: ClassVar[tuple[str, ...]] = ("text", "token", "sequence", "population", "single")
@@ -255,7 +271,8 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     @classmethod
     def loss_views(cls) -> tuple[str, ...]:
         """The views of a batch this algorithm has a loss for (``group``, ``sample``, ``exact``)."""
-        return tuple(kind for kind in VIEWS if callable(getattr(cls, f"{kind}_loss", None)))
+        defined = {"group": cls.group_loss, "sample": cls.sample_loss, "exact": cls.exact_loss}
+        return tuple(kind for kind in VIEWS if defined[kind] is not None)
 
     @classmethod
     def supported_modes(cls) -> tuple[str, ...]:
@@ -296,9 +313,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             raise ValueError(f"{name} collects groups from {kinds}; {env_id!r} is not one: train other envs "
                              "with an SB3 algorithm (e.g. sb3_ppo).")
         traits = EnvTraits(lambda: _make_probe(env_id, env_kwargs, source))
-        for test in ("is_natural_for", "can_collect"):
+        for fits in (lambda mode: mode.is_natural_for(traits), lambda mode: mode.can_collect(traits)):
             for mode in candidates:
-                if getattr(MODES[mode], test)(traits):
+                if fits(MODES[mode]):
                     return mode, traits.env
         needs = "; ".join(f"{m} mode needs {MODES[m].needs}" for m in candidates)
         given = f" with {env_kwargs}" if env_kwargs else ""
@@ -361,6 +378,12 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             self.policy = make_population(self.policy_class, self.n_seeds, seed, self.device, (
                 self.observation_space, self.action_space, self.lr_schedule), self.policy_kwargs)
             self.policy.set_predict_member(self.predict_member)
+
+    def fused_collector(self) -> engine.Collector | None:
+        """The engine's fused collection for this policy, mode and env
+        (:func:`tpo_agents.engine.fused_collector`, the one place that chooses it), or None: the generic
+        path, ``collect``, which stays its reference (``tests/test_engine.py`` holds the two equal)."""
+        return engine.fused_collector(self)
 
     def _probe_env(self, source: EnvLike) -> gym.Env:
         """A single env of ``source`` (``source`` itself if it is one) to read the spaces from.

@@ -29,7 +29,8 @@ The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's 
 ``tpo_agents.losses`` on the mode's views); with a fused collector the learn loop computes the ``train/``
 diagnostics (the loss's stats, the gradient norm, the KL to pi_old) and the batch's ``rollout/`` values
 only for updates whose logs are written (every ``log_interval``) or when a callback asks for them
-(``wants_train_diagnostics``, ``wants_rollout_metrics``).
+(``tpo_agents.base.wants_train_diagnostics``, ``wants_rollout_metrics``). The one place that chooses a
+fused collector is :func:`fused_collector` (through ``GroupBaseAlgorithm.fused_collector``).
 Everything else (multi-context tables in single mode, the transformer, text) goes the generic path,
 which stays the reference: ``tests/test_engine.py`` holds the two equal.
 """
@@ -55,28 +56,6 @@ from tpo_gym.envs.mnist import MNISTBanditVectorEnv
 
 Collector = Callable[[BaseCallback], Any]
 """``collector(callback)``: one batch, or None when a callback stopped training (as ``collect``)."""
-
-
-def _asks(callback: BaseCallback | None, flag: str) -> bool:
-    """Whether ``callback`` or one it chains (``CallbackList``, an event callback's child) sets ``flag``."""
-    if callback is None:
-        return False
-    if getattr(callback, flag, False):
-        return True
-    children = [*getattr(callback, "callbacks", []), getattr(callback, "callback", None)]
-    return any(_asks(child, flag) for child in children if isinstance(child, BaseCallback))
-
-
-def wants_train_diagnostics(callback: BaseCallback | None) -> bool:
-    """Whether ``callback`` (or one it chains) reads the ``train/`` diagnostics of every update: it says
-    so with ``wants_train_diagnostics = True``."""
-    return _asks(callback, "wants_train_diagnostics")
-
-
-def wants_rollout_metrics(callback: BaseCallback | None) -> bool:
-    """Whether ``callback`` (or one it chains) reads every batch's ``rollout/`` values (the logger's, or
-    ``model.member_rollout``): it says so with ``wants_rollout_metrics = True``."""
-    return _asks(callback, "wants_rollout_metrics")
 
 
 def fused_collector(model: Any) -> Collector | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch as th
@@ -51,7 +50,7 @@ class Episodes:
     prompts: th.Tensor | None = None  # [N, H] for the token tasks (teacher-forced re-scoring)
     distinct: tuple[th.Tensor, th.Tensor] | None = field(default=None, repr=False)  # see distinct_sequences
     #: log pi_theta [N, T, A] with gradient, computed at collection (one forward per update; old_log_probs
-    #: is its detached copy): the first epoch's log-probabilities, taken once (``take_first_log_probs``).
+    #: is its detached copy): the first epoch's log-probabilities (``CollectionMode.first_epoch_log_probs``).
     first_log_probs: th.Tensor | None = field(default=None, repr=False)
 
 
@@ -105,15 +104,6 @@ class TableSamples:
         """Member rows ``[S, A]`` repeated for each sample as ``Episodes`` holds them: ``[S*B, 1, A]``."""
         n_members, per_member = self.actions.shape
         return log_probs.unsqueeze(1).expand(n_members, per_member, -1).reshape(-1, 1, log_probs.shape[-1])
-
-
-def take_first_log_probs(batch: Any) -> th.Tensor | None:
-    """The log-probabilities with gradient that a fused collector computed for the batch's first
-    epoch (``first_log_probs``), handed out once: later epochs, after an optimizer step, compute their own."""
-    log_probs = getattr(batch, "first_log_probs", None)
-    if log_probs is not None:
-        batch.first_log_probs = None
-    return log_probs
 
 
 def sample_actions(log_probs: th.Tensor, n: int, generators: list[th.Generator] | None = None) -> th.Tensor:

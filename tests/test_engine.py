@@ -13,12 +13,11 @@ from stable_baselines3.common.logger import KVWriter, Logger
 
 import tpo_agents.engine as engine_module
 import tpo_gym  # noqa: F401
+from tpo_agents.base import wants_rollout_metrics, wants_train_diagnostics
 from tpo_agents.engine import (
     TablePopulationCollector,
     fused_collector,
     pixel_bytes,
-    wants_rollout_metrics,
-    wants_train_diagnostics,
 )
 from tpo_agents.zoo.registry import make_agent
 

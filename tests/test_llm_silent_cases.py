@@ -50,7 +50,7 @@ def text_mode_loss(b: dict, new: torch.Tensor, logscore: str) -> torch.Tensor:
         prompts=["p"] * (n // K), completions=SimpleNamespace(completion_mask=b["mask"].long()),
         scores=b["scores"].reshape(-1, K), advantages=torch.zeros(n), old_token_log_probs=b["old"],
         answers=np.array([None] * n, dtype=object), format_ok=np.zeros(n, dtype=bool), logscore=logscore,
-        group_size=K, rows_per_part=n, old_ready=torch.ones(n, dtype=torch.bool),
+        group_size=K, rows_per_part=n,
     )  # fmt: skip
     view = TextMode.group_view(None, TextPart(batch, torch.arange(n)), new)
     algorithm = TPO("TransformerPolicy", "TPO/TokenCopy-v0", eta=0.7, env_kwargs=dict(sequence_length=3))

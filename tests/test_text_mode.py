@@ -108,13 +108,13 @@ def test_a_batch_is_groups_of_completions_of_one_prompt(model_dir):
     assert batch.old_token_log_probs.shape == batch.completions.completion_mask.shape
     part, weight = next(model.mode.parts(batch))
     assert len(part.rows) == 8 and weight == 0.5  # micro_batch_size 8: two groups of K = 4 per part
-    assert not batch.old_ready.any()  # pi_old comes from the first epoch's forward, not a forward of its own
+    old = batch.old_token_log_probs.clone()  # pi_old, written at collection
     view = model.mode.group_view(part, model.mode.log_probs(model.policy, part))
     assert view.logscores.shape == (2, 4) and th.equal(view.logscores, view.old_logscores)
-    assert batch.old_ready[part.rows].all() and not batch.old_ready[8:].any()
+    assert th.equal(batch.old_token_log_probs, old)  # computing log pi_theta writes nothing
 
 
-def test_rollout_log_probs_from_the_first_epoch_equal_a_forward_before_the_update(model_dir):
+def test_rollout_log_probs_are_a_forward_before_the_update(model_dir):
     model = make(TPO, model_dir, learning_rate=3e-3, n_epochs=2)
     batch = _collect(model)
     batch.scores = th.zeros_like(batch.scores)
@@ -122,11 +122,11 @@ def test_rollout_log_probs_from_the_first_epoch_equal_a_forward_before_the_updat
     with th.no_grad():
         before = th.cat([model.policy.token_log_probs(batch.completions, part.rows)
                          for part, _ in model.mode.parts(batch)])  # fmt: skip
+    assert th.equal(batch.old_token_log_probs, before)  # the same forward at theta_old, bit for bit
     model.train(batch)
-    assert batch.old_ready.all()
-    th.testing.assert_close(batch.old_token_log_probs, before, atol=1e-6, rtol=0)
+    assert th.equal(batch.old_token_log_probs, before)
     with th.no_grad():
-        after = model.policy.token_log_probs(batch.completions, th.arange(len(batch.old_ready)))
+        after = model.policy.token_log_probs(batch.completions, th.arange(len(before)))
     assert (after - before).abs().max() > 1e-4  # the two epochs moved the policy; pi_old stayed
 
 
@@ -156,7 +156,7 @@ def test_one_epoch_logs_the_kl_to_pi_old_after_the_step(model_dir, algo):
     batch.scores[:, 0] = 1.0
     model.train(batch)
     logged = model.logger.name_to_value
-    rows = th.arange(len(batch.old_ready))
+    rows = th.arange(batch.scores.numel())
     with th.no_grad():
         after = model.policy.token_log_probs(batch.completions, rows)
     expected = float(losses.k3_kl(after - batch.old_token_log_probs, batch.mask.float()))

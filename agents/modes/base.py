@@ -222,9 +222,33 @@ class CollectionMode(ABC):
     def log_probs(self, policy: ActionPolicy, batch: Any) -> th.Tensor:
         """log pi_theta(.|x) at every state of the batch, with gradients (``[N, T, A]`` or ``[N, A]``)."""
 
+    def first_epoch_log_probs(self, policy: ActionPolicy, batch: Any) -> th.Tensor:
+        """log pi_theta for an update's first epoch: those that collection computed with gradient at
+        theta_old where it did (``first_log_probs``, pi_old's own forward), else :meth:`log_probs`."""
+        first = getattr(batch, "first_log_probs", None)
+        return self.log_probs(policy, batch) if first is None else first
+
     def view(self, kind: str, batch: Any, log_probs: th.Tensor) -> View:
         """The ``kind`` view (one of :attr:`views`) of ``batch`` at the current ``log_probs``."""
-        return getattr(self, f"{kind}_view")(batch, log_probs)
+        if kind not in self.views:
+            raise ValueError(f"view {kind!r}: {self.name} mode offers {', '.join(self.views)}")
+        if kind == "group":
+            return self.group_view(batch, log_probs)
+        if kind == "sample":
+            return self.sample_view(batch, log_probs)
+        return self.exact_view(batch, log_probs)
+
+    def group_view(self, batch: Any, log_probs: th.Tensor) -> GroupView:
+        """Groups of candidates with their log-scores and scores (modes whose :attr:`views` have it)."""
+        raise NotImplementedError(f"{self.name} mode has no group view")
+
+    def sample_view(self, batch: Any, log_probs: th.Tensor) -> SampleView:
+        """One sampled trajectory per context with its advantages (modes whose :attr:`views` have it)."""
+        raise NotImplementedError(f"{self.name} mode has no sample view")
+
+    def exact_view(self, batch: Any, log_probs: th.Tensor) -> ExactView:
+        """Every action with its exact reward (modes whose :attr:`views` have it)."""
+        raise NotImplementedError(f"{self.name} mode has no exact view")
 
     def member_rows(self, values: th.Tensor) -> th.Tensor:
         """A member-major batch ``[S*N, ...]`` as ``[S, N, ...]``."""

@@ -10,7 +10,7 @@ from gymnasium.vector import VectorEnv
 
 from tpo_agents.modes.base import CollectionMode
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import Episodes, TokenGroups, episode_log_probs, take_first_log_probs
+from tpo_agents.rollout import Episodes, TokenGroups, episode_log_probs
 
 
 class EpisodeMode(CollectionMode):
@@ -20,8 +20,7 @@ class EpisodeMode(CollectionMode):
         return self.n_envs * int(env.unwrapped.task.horizon)
 
     def log_probs(self, policy: ActionPolicy, batch: Episodes | TokenGroups) -> th.Tensor:
-        first = take_first_log_probs(batch)
-        return episode_log_probs(policy, batch) if first is None else first
+        return episode_log_probs(policy, batch)
 
     @staticmethod
     def rescore_old_policy(policy: ActionPolicy, batch: Episodes | TokenGroups | None) -> Any:

@@ -9,7 +9,7 @@ from gymnasium.vector import VectorEnv
 
 from tpo_agents.modes.base import CollectionMode, EnvTraits, ExactView, GroupView, StepHook
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import Population, collect_population, take_first_log_probs
+from tpo_agents.rollout import Population, collect_population
 
 
 class PopulationMode(CollectionMode):
@@ -55,8 +55,7 @@ class PopulationMode(CollectionMode):
         return batch if on_step(env.num_envs) else None
 
     def log_probs(self, policy: ActionPolicy, batch: Population) -> th.Tensor:
-        first = take_first_log_probs(batch)
-        return policy.action_log_probs(batch.obs) if first is None else first
+        return policy.action_log_probs(batch.obs)
 
     def exact_view(self, batch: Population, log_probs: th.Tensor) -> ExactView:
         return ExactView(log_probs, batch.old_log_probs, batch.rewards)

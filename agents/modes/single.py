@@ -13,7 +13,7 @@ from tpo_agents import losses
 from tpo_agents.modes.base import EnvTraits, GroupView, SampleView, StepHook
 from tpo_agents.modes.episodes import EpisodeMode
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import Episodes, TableSamples, collect_episodes, take_first_log_probs
+from tpo_agents.rollout import Episodes, TableSamples, collect_episodes
 
 
 class SingleMode(EpisodeMode):
@@ -68,8 +68,7 @@ class SingleMode(EpisodeMode):
     def log_probs(self, policy: ActionPolicy, batch: Episodes | TableSamples) -> th.Tensor:
         if not isinstance(batch, TableSamples):
             return super().log_probs(policy, batch)
-        first = take_first_log_probs(batch)
-        return policy.all_log_probs().reshape(len(batch.actions), -1) if first is None else first
+        return policy.all_log_probs().reshape(len(batch.actions), -1)
 
     def _advantages(self, batch: Episodes | TableSamples, rewards: th.Tensor) -> th.Tensor:
         if self.baseline == "batch_mean":  # a statistic of each member's batch

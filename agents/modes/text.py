@@ -30,13 +30,12 @@ class TextBatch:
     completions: Any  # the policy's Completions: ids, masks, texts
     scores: th.Tensor  # [B, K] the env's scores
     advantages: th.Tensor  # [B*K] score - baseline over the whole batch (sample view)
-    old_token_log_probs: th.Tensor  # [B*K, T] under the rollout snapshot (filled by the first epoch)
+    old_token_log_probs: th.Tensor  # [B*K, T] log pi_old, the policy's forward at collection
     answers: np.ndarray  # [B*K] extracted answers (None without an <answer> tag)
     format_ok: np.ndarray  # [B*K]
     logscore: str  # "sum" | "mean"
     group_size: int
     rows_per_part: int
-    old_ready: th.Tensor  # [B*K] bool: rows whose old_token_log_probs are filled
     reference: dict[int, th.Tensor] = field(default_factory=dict)  # first row of a part -> [R, T]
 
     @property
@@ -73,11 +72,10 @@ class TextMode(CollectionMode):
     The loss runs over parts of whole groups of at most the policy's ``micro_batch_size`` rows, with
     gradient accumulation. ``sample_every``: a TensorBoard table of samples every that many updates.
 
-    **Rollout log-probs.** log pi_old of the completions is not computed by a forward of its own: the
-    first epoch's forward of each part gives it (``log_probs`` stores its detached value), which is exact
-    because the optimizer steps only after the first epoch has accumulated every part's gradient, so
-    the weights of that forward are the weights that generated the batch. Training mode is on in that
-    forward (dropout, if the model has any, is part of pi_old, as in TRL's ``GRPOTrainer``). With the vLLM
+    **Rollout log-probs.** Collection writes log pi_old of the completions into the batch: one
+    teacher-forced forward without gradient at the weights that generated them, part by part, in
+    training mode as the update's forward (so the first epoch's log pi_theta equals it bit for bit on a
+    model without dropout, and a group without signal has an exactly zero gradient). With the vLLM
     backend too: pi_old is this trainer-side forward of the engine's completions; the engine's sampling
     log-probs are neither requested nor read.
     """
@@ -128,15 +126,25 @@ class TextMode(CollectionMode):
             completions=completions,
             scores=scores.reshape(-1, k),
             advantages=losses.baseline_advantages(scores, self.baseline),
-            old_token_log_probs=th.zeros(completions.completion_mask.shape),
+            old_token_log_probs=th.empty(0),
             answers=np.asarray(final["answer"], dtype=object),
             format_ok=np.asarray(final["format_ok"], dtype=bool),
             logscore=policy.logscore,
             group_size=k,
             rows_per_part=max(k, policy.micro_batch_size // k * k),
-            old_ready=th.zeros(scores.numel(), dtype=th.bool),
         )
+        batch.old_token_log_probs = self.old_token_log_probs(policy, batch)
         return batch
+
+    def old_token_log_probs(self, policy: Any, batch: TextBatch) -> th.Tensor:
+        """log pi_old ``[B*K, T]`` of the batch's completions: the policy's teacher-forced forward in
+        training mode, as the update computes log pi_theta, part by part without gradient."""
+        training = policy.training
+        policy.set_training_mode(True)
+        with th.no_grad():
+            parts = [policy.token_log_probs(batch.completions, part.rows) for part, _ in self.parts(batch)]
+        policy.set_training_mode(training)
+        return th.cat(parts)
 
     def has_signal(self, batch: TextBatch, view: str) -> bool:
         if view == "group":
@@ -150,14 +158,8 @@ class TextMode(CollectionMode):
             yield TextPart(batch, rows), len(rows) / n
 
     def log_probs(self, policy: Any, part: TextPart) -> th.Tensor:
-        """Token log-probs of the part's completions, with gradient; the first call stores them as pi_old."""
-        token_log_probs = policy.token_log_probs(part.batch.completions, part.rows)
-        batch = part.batch
-        if not batch.old_ready[part.rows].all():
-            batch.old_token_log_probs = batch.old_token_log_probs.to(token_log_probs.device)
-            batch.old_token_log_probs[part.rows] = token_log_probs.detach()
-            batch.old_ready[part.rows] = True
-        return token_log_probs
+        """Token log-probs ``[R, T]`` of the part's completions, with gradient."""
+        return policy.token_log_probs(part.batch.completions, part.rows)
 
     def group_view(self, part: TextPart, token_log_probs: th.Tensor) -> GroupView:
         batch, k, mask = part.batch, part.batch.group_size, part.mask

@@ -21,6 +21,7 @@ from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
 from tpo_agents.base_class import EnvLike, GroupBaseAlgorithm, env_id_and_kwargs, model_zip_path
+from tpo_agents.callback_steps import warn_never_firing
 from tpo_agents.modes import GroupView, SampleView, View
 
 __all__ = ["EnvLike", "GroupAlgorithm", "env_id_and_kwargs", "model_zip_path"]
@@ -63,6 +64,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
         )
+        warn_never_firing(self, callback, total_timesteps - self.num_timesteps, stacklevel=3)
         without_signal_before = self.batches_without_signal
         fused = self.fused_collector()  # the engine's collection, or None: the generic path
         every_update = fused is None or wants_train_diagnostics(callback)

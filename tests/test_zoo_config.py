@@ -16,8 +16,8 @@ from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
 
 from tests.test_zoo_validation import TINY_GROUP, TINY_TOKENS, error_line, zoo_argv
 from tpo_agents import TPO
+from tpo_agents.callback_steps import never_firing
 from tpo_agents.zoo import hyperparams as hp
-from tpo_agents.zoo.callbacks import never_firing
 from tpo_agents.zoo.envs import make_env
 from tpo_agents.zoo.train import configure, train
 
@@ -148,7 +148,9 @@ def test_a_callback_that_can_never_fire_is_named(tmp_path: Path) -> None:
         "steps, so learn(48) makes 12; use eval_freq <= 12, or "
         "tpo_agents.zoo.callbacks.EveryTimesteps(n_steps, callback) to count env steps"
     ]
-    model.learn(48, callback=[late, due])
+    with pytest.warns(UserWarning, match=r"^EvalCallback\(eval_freq=50\) never fires: .* makes 12;") as caught:
+        model.learn(48, callback=[late, due])  # learn() itself says so, in the zoo or not
+    assert [w.filename for w in caught if "never fires" in str(w.message)] == [__file__]
     assert late.n_calls == due.n_calls == 12  # one call per 4 env steps
     assert late.best_mean_reward == -np.inf < due.best_mean_reward  # only the second evaluated
     eval_env.close()

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from tpo_agents.base import model_zip_path
+from tpo_agents import callback_steps
+from tpo_agents.base import GroupAlgorithm, model_zip_path
 from tpo_agents.base_class import own_hyperparameters, saved_attributes, saved_by
 from tpo_agents.checks import HyperparameterError
 from tpo_agents.provenance import code_version
@@ -552,7 +553,7 @@ def set_up_logger(setup: RunSetup, model: Any, learn_kwargs: dict[str, Any]) -> 
     from stable_baselines3.common.utils import configure_logger
 
     args = setup.args
-    steps = cb.steps_per_update(model)
+    steps = callback_steps.steps_per_update(model)
     if steps is None:  # an off-policy SB3 algorithm: its own logger and log_interval (episodes)
         if args.log_interval > 0:
             learn_kwargs["log_interval"] = args.log_interval
@@ -605,7 +606,8 @@ def train_run(setup: RunSetup, argv: list[str]) -> TrainResult:
             parts = assemble(setup, stats, model)
             write_run_files(setup, argv, parts.model)
             callbacks = [trained, *build_callbacks(setup, parts.eval_env)]
-            cb.warn_never_firing(parts.model, callbacks, setup.n_timesteps)  # a YAML callback counting calls
+            if not isinstance(parts.model, GroupAlgorithm):  # whose learn() warns itself
+                callback_steps.warn_never_firing(parts.model, callbacks, setup.n_timesteps)
             learn_kwargs = parts.learn_kwargs(setup.n_timesteps, callbacks)
             learn_kwargs.update(tb_log_name=setup.algo.upper(), reset_num_timesteps=not args.trained_agent)
             table = set_up_logger(setup, parts.model, learn_kwargs)

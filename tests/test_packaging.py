@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 from tpo_agents.zoo.hyperparams import PROJECT_CONFIGS
 
@@ -31,3 +34,32 @@ def test_the_project_configs_sit_beside_agents() -> None:
 
     assert PROJECT_CONFIGS == Path(tpo_agents.__file__).resolve().parents[1] / "zoo_configs"
     assert (PROJECT_CONFIGS / "tpo.yml").is_file()
+
+
+LLM_STACK = {"transformers", "tokenizers", "accelerate", "trl", "peft", "datasets", "vllm", "verl", "wandb",
+             "reasoning-gym", "gguf", "ray"}  # fmt: skip
+
+
+def requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", item, maxsplit=1)[0].lower() for item in requirements}
+
+
+def test_the_default_install_has_no_llm_stack_and_the_readme_installs_it_for_the_tests() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert not requirement_names(project["dependencies"]) & LLM_STACK
+    assert {"transformers", "trl"} <= requirement_names(extras["llm"] + extras["trl"])
+    install, tests = (ROOT / "README.md").read_text().splitlines()[3:5]
+    assert install.startswith("pip install -e . && python train.py ")
+    assert tests.startswith('pip install -e ".[dev]" && python -m tpo_gym.data && ')
+    assert "--no-deps" not in install + tests  # nothing whose declared requirements pip reports as conflicts
+
+
+def test_the_main_job_imports_no_llm_module() -> None:
+    code = ("import sys, tpo_agents.zoo.train, tpo_agents.tpo, tpo_gym; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in {'transformers', 'trl', 'peft', "
+            "'reasoning_gym', 'accelerate', 'datasets'}))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120)  # fmt: skip
+    assert out.stdout.strip() == "[]"

@@ -6,7 +6,7 @@ algorithm owns, building the policy (a population of ``n_seeds`` members: :mod:`
 ``GroupBaseAlgorithm`` follows Stable-Baselines3's ``BaseAlgorithm`` contract. It owns its env: given an
 env id (and kwargs), it builds the natively batched ``tpo_gym`` vector env of exactly the size its
 collection mode needs (``tpo_agents.modes``), once. The learn loop is
-:class:`tpo_agents.base.GroupAlgorithm`'s.
+:class:`tpo_agents.learn_loop.GroupAlgorithm`'s.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spac
 from stable_baselines3.common.vec_env import VecEnv
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-from tpo_agents import checks, engine
+from tpo_agents import checks, fused_collection
 from tpo_agents.modes import (
     DEFAULT_GROUP_SIZE,
     MODES,
@@ -250,8 +250,8 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         #: Whether the current batch's ``rollout/`` values are computed (set by ``learn``: always on the
         #: generic path; with the engine for logged updates or when a callback asks).
         self.rollout_metrics = True
-        #: Whether ``learn`` uses the fused collection of :mod:`tpo_agents.engine` where one covers the
-        #: policy and mode (False: always the generic mode path, the reference).
+        #: Whether ``learn`` uses the fused collection of :mod:`tpo_agents.fused_collection` where one covers
+        #: the policy and mode (False: always the generic mode path, the reference).
         self.use_engine = True
         if env is not None:
             self.env_id, self.env_kwargs = env_id, merged_kwargs
@@ -379,11 +379,11 @@ class GroupBaseAlgorithm(BaseAlgorithm):
                 self.observation_space, self.action_space, self.lr_schedule), self.policy_kwargs)
             self.policy.set_predict_member(self.predict_member)
 
-    def fused_collector(self) -> engine.Collector | None:
-        """The engine's fused collection for this policy, mode and env
-        (:func:`tpo_agents.engine.fused_collector`, the one place that chooses it), or None: the generic
-        path, ``collect``, which stays its reference (``tests/test_engine.py`` holds the two equal)."""
-        return engine.fused_collector(self)
+    def fused_collector(self) -> fused_collection.Collector | None:
+        """The fused collection for this policy, mode and env (the one place that chooses it:
+        :func:`tpo_agents.fused_collection.fused_collector`), or None: the generic path, ``collect``, which
+        stays its reference (``tests/test_fused_collection.py`` holds the two equal)."""
+        return fused_collection.fused_collector(self)
 
     def _probe_env(self, source: EnvLike) -> gym.Env:
         """A single env of ``source`` (``source`` itself if it is one) to read the spaces from.

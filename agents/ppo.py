@@ -13,7 +13,7 @@ from typing import Any
 import torch as th
 
 from tpo_agents import checks, losses
-from tpo_agents.base import GroupAlgorithm
+from tpo_agents.learn_loop import GroupAlgorithm
 from tpo_agents.modes import SampleView
 
 

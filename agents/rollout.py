@@ -85,7 +85,7 @@ class Population:
 @dataclass
 class TableSamples:
     """B sampled actions per member from a one-context logit table (the k-armed bandit in single mode,
-    ``tpo_agents.engine.TableSingleCollector``): the batch of ``Episodes`` with T = 1 without its
+    ``tpo_agents.fused_collection.TableSingleCollector``): the batch of ``Episodes`` with T = 1 without its
     ``[S*B, A]`` copies of the one row per member, which the single mode's views gather from instead.
 
     ``token_rewards`` and ``returns`` are as in ``Episodes`` (member-major rows, so the episode modes'

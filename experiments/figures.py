@@ -15,7 +15,7 @@ from experiments.core import Experiment
 from tpo_agents.zoo.results import seed_mean_se
 
 if TYPE_CHECKING:
-    from experiments.report import Runs
+    from experiments.runs import Runs
 
 COLORS = {"tpo": "C3", "grpo": "C1", "dg": "C0", "ppo": "C2", "pg": "C2", "ce": "k", "group_pg": "C4",
           "grpo_no_kl": "C5", "tpo_no_anchor": "C6", "tpo_1ep": "C9", "grpo_masked": "C8"}

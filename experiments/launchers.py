@@ -48,7 +48,7 @@ def _start_worker() -> None:
     torch alone takes seconds), so that the workers import side by side while one of them checks which
     runs batch, and the parent never imports them."""
     import experiments.recorders  # noqa: F401
-    import tpo_agents.base  # noqa: F401
+    import tpo_agents.learn_loop  # noqa: F401
     import tpo_agents.zoo.registry  # noqa: F401
     import tpo_gym  # noqa: F401
 

@@ -29,7 +29,7 @@ from experiments.core import Experiment
 from experiments.metrics import bootstrap_difference, difference, rank_sum_test, seed_steps
 
 if TYPE_CHECKING:
-    from experiments.report import Runs
+    from experiments.runs import Runs
 
 REFERENCE = "tpo"
 """The method every other one is compared with."""

@@ -85,8 +85,8 @@ class CurveRecorder(BaseCallback):
     """Record per-update curves of every member (never stops training)."""
 
     wants_train_diagnostics = True
-    """Ask the fused engine for every update's ``train/`` diagnostics (``tpo_agents.engine``); the runner
-    turns it off where the seed file keeps none (``experiments.jobs.needs_train_diagnostics``)."""
+    """Ask the fused collection for every update's ``train/`` diagnostics (``tpo_agents.fused_collection``);
+    the runner turns it off where the seed file keeps none (``experiments.jobs.needs_train_diagnostics``)."""
     wants_rollout_metrics = True
     """Ask the fused engine for every batch's ``rollout/`` values (``error`` is the batch's task error)."""
 
@@ -337,3 +337,89 @@ RECORDERS: dict[str, type[CurveRecorder]] = {
     "tabular_multi": TabularMultiRecorder,
     "mnist": MNISTRecorder,
 }
+
+
+class LLMEvalRecorder(CurveRecorder):
+    """Language models (docs/llm.md, ``llm_study``): the training curves plus held-out evaluations on the
+    first ``n_prompts`` items of the eval split of the run's task (``env_kwargs``, scored natively) before
+    the first update and after every ``eval_every`` updates, stored at x = the updates done.
+
+    Each evaluation records ``error`` (1 - exact-match accuracy of one greedy completion per prompt),
+    ``native_error`` (1 - its mean native, partial-credit score), ``format_rate``, ``mode_frac`` (the share
+    of the greedy answers equal to the most common one: 1 for a constant policy), ``shortcut_frac`` (the
+    share equal to the task's binary shortcut answer), ``sampled_error`` and ``sampled_native_error`` (the
+    same of ``n_samples`` completions per prompt at the policy's temperature; pass@1 at T), the shortcut's
+    ``shortcut_error`` and ``shortcut_native_error`` (1 - the score of the best constant answer of the
+    train split on the same prompts, :func:`experiments.llm_tasks.shortcut`; the same at every
+    evaluation) and ``seconds``. Generation runs in evaluation mode with torch's RNG seeded with ``seed``
+    and restored afterwards, so evaluating changes neither the training run's samples nor its prompts.
+    Single runs only (an LLM policy has no populations)."""
+
+    def __init__(self, env_kwargs: dict[str, Any], eval_every: int, n_prompts: int, n_samples: int = 0,
+                 seed: int = 0, batch_rows: int = 64) -> None:
+        super().__init__()
+        from experiments.llm_tasks import shortcut, split_task
+
+        for name, value, low in (("eval_every", eval_every, 1), ("n_prompts", n_prompts, 1),
+                                 ("n_samples", n_samples, 0), ("batch_rows", batch_rows, 1)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"LLMEvalRecorder: {name}={value!r}; use an integer >= {low}")
+        self.task = split_task(env_kwargs, "eval")
+        if n_prompts > self.task.num_items:
+            raise ValueError(f"LLMEvalRecorder: n_prompts={n_prompts} is more than the eval split's "
+                             f"{self.task.num_items} items (eval_size)")
+        self.contexts = np.arange(n_prompts)
+        self.eval_every, self.n_samples, self.seed, self.batch_rows = eval_every, n_samples, seed, batch_rows
+        self.shortcut = shortcut(env_kwargs, self.contexts)
+        """``{"binary": (answer, score), "native": (answer, score)}`` on the held-out prompts."""
+
+    def _on_training_start(self) -> None:
+        if self.n_members != 1:
+            raise ValueError(f"LLMEvalRecorder records single runs, got a model of {self.n_members} members")
+        self.evaluate()
+
+    def after_update(self, row: Row) -> None:
+        if self.updates_done % self.eval_every == 0:
+            self.evaluate()
+
+    def evaluate(self) -> dict[str, float]:
+        """Evaluate the policy now on the held-out prompts, append the values (x = updates done) and
+        return them."""
+        import time
+
+        from experiments.llm_tasks import sample_completions
+        from tpo_gym.envs.text import SUCCESS_THRESHOLD
+
+        start = time.perf_counter()
+        policy = self.model.policy
+        training = policy.training
+        device = th.device(policy.device)
+        devices = [device.index or 0] if device.type == "cuda" else []
+        policy.set_training_mode(False)
+        try:
+            with th.random.fork_rng(devices=devices):
+                th.manual_seed(self.seed)
+                greedy, answers, format_ok = sample_completions(policy, self.task, self.contexts, 1,
+                                                                greedy=True, batch_rows=self.batch_rows)
+                sampled = (sample_completions(policy, self.task, self.contexts, self.n_samples,
+                                              batch_rows=self.batch_rows)[0] if self.n_samples else None)
+        finally:
+            policy.set_training_mode(training)
+        given = [str(a) if a is not None else None for a in answers[:, 0]]
+        modal = max(given.count(a) for a in set(given)) / len(given)
+        values = {"x": float(self.updates_done), "error": float(1 - (greedy >= SUCCESS_THRESHOLD).mean()),
+                  "native_error": float(1 - greedy.mean()), "format_rate": float(format_ok.mean()),
+                  "mode_frac": modal,
+                  "shortcut_frac": given.count(self.shortcut["binary"][0]) / len(given),
+                  "shortcut_error": 1 - self.shortcut["binary"][1],
+                  "shortcut_native_error": 1 - self.shortcut["native"][1]}
+        if sampled is not None:
+            values["sampled_error"] = float(1 - (sampled >= SUCCESS_THRESHOLD).mean())
+            values["sampled_native_error"] = float(1 - sampled.mean())
+        values["seconds"] = time.perf_counter() - start
+        for key, value in values.items():
+            self.evals[key].append(np.array([value]))
+        return values
+
+
+RECORDERS["llm_eval"] = LLMEvalRecorder

@@ -25,14 +25,12 @@ import json
 import math
 import sys
 import warnings
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiments.core import RESULTS, SMOKE_RESULTS, Experiment, load_seed
+from experiments.core import RESULTS, SMOKE_RESULTS, Experiment
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.figures import COLORS, draw
 from experiments.metrics import (
@@ -49,67 +47,12 @@ from experiments.metrics import (
 from experiments.pairwise import pairwise, pairwise_table
 from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
 from experiments.profiles import draw_profiles, profiles
+from experiments.runs import Runs, load_runs
 
 MNIST_CHECKPOINT = 2000
 """Fig. 5b's "step-2,000 checkpoint" (Sec. 3.3): the evaluation labelled 2,000, taken after 2,200 steps."""
 MECHANISM_ORDER = ("pg", "group_pg", "grpo", "dg", "tpo")
 DAGGER_LEGEND = "† the paper's value lies outside our bootstrap 95% interval over seeds"
-
-
-@dataclass
-class Runs:
-    """All seeds of one (variant, algorithm): ``arrays[key]`` is [n_seeds, ...]."""
-
-    seeds: list[int]
-    arrays: dict[str, np.ndarray]
-    meta: list[dict[str, Any]] = field(default_factory=list)
-    shared_from: str | None = None
-
-    def x(self, key: str) -> np.ndarray:
-        """The x values of curve ``key``: evaluation labels for ``eval/`` curves, else 0-based updates."""
-        if key.startswith("eval/"):
-            return self.arrays["eval/x"][0]
-        return np.arange(self.arrays[key].shape[1])
-
-    @property
-    def label(self) -> str:
-        """Algorithm name with its grouping mode (e.g. ``tpo (token)``)."""
-        spec = self.meta[0]["spec"]
-        mode = spec["kwargs"].get("group_mode", "")
-        return f"{spec['algo']} ({mode})" if mode in ("token", "sequence") else spec["algo"]
-
-
-def load_runs(out: str | Path, experiment: str) -> dict[str, dict[str, Runs]]:
-    """``variant -> algo -> Runs`` of every seed file under ``<out>/<experiment>``.
-
-    If a cell holds seeds of different settings, only those of the most common setting are kept.
-    """
-    root = Path(out) / experiment
-    cells: dict[tuple[str, str], list[tuple[int, dict, dict]]] = {}
-    for path in sorted(root.glob("**/seed_*.npz")):
-        arrays, meta = load_seed(path)
-        variant = str(path.parent.parent.relative_to(root))
-        cells.setdefault((variant, path.parent.name), []).append((meta["seed"], arrays, meta))
-    result: dict[str, dict[str, Runs]] = {}
-    for (variant, algo), seeds in cells.items():
-        common, _ = Counter(m["fingerprint"] for _, _, m in seeds).most_common(1)[0]
-        seeds = sorted((s for s in seeds if s[2]["fingerprint"] == common), key=lambda s: s[0])
-        keys = set.intersection(*(set(a) for _, a, _ in seeds))
-        arrays = {k: np.stack([a[k] for _, a, _ in seeds]) for k in sorted(keys)}
-        metas = [m for _, _, m in seeds]
-        result.setdefault(variant, {})[algo] = Runs([s for s, _, _ in seeds], arrays, metas)
-    _share_grouped_runs(result)
-    return result
-
-
-def _share_grouped_runs(runs: dict[str, dict[str, Runs]]) -> None:
-    """Interaction matching leaves grouped methods unchanged (Sec. 3.6): show their prompt-matched runs."""
-    for variant, cell in runs.items():
-        if variant.startswith("interactions/"):
-            twin = "prompts/" + variant.split("/", 1)[1]
-            for algo, other in runs.get(twin, {}).items():
-                if algo not in cell:
-                    cell[algo] = Runs(other.seeds, other.arrays, other.meta, shared_from=twin)
 
 
 def _ordered(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> list[tuple[str, str]]:

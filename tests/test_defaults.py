@@ -17,7 +17,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
 import tpo_gym
 from tpo_agents import CE, DG, GRPO, PG, PPO, TPO, GroupPG
-from tpo_agents.base import GroupAlgorithm
+from tpo_agents.learn_loop import GroupAlgorithm
 from tpo_agents.modes import MODES, EnvTraits
 from tpo_agents.policies.base import multinomial_rows
 from tpo_agents.zoo.registry import ALGOS, EXTERNAL_ALGOS, get_algo

@@ -65,3 +65,31 @@ def test_envs_never_import_agents_and_losses_import_nothing_of_the_project():
         assert not any(name.split(".")[0] in {"agents", "tpo_agents"} for name in imports(path)), path
     project = {"agents", "tpo_agents", "tpo_gym", "experiments", "benchmarks"}
     assert not {name.split(".")[0] for name in imports(ROOT / "agents" / "losses.py")} & project
+
+
+def package_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports, subpackages included (a subpackage is its
+    ``__init__``, named by the package's dotted name)."""
+    folder = ROOT / package.replace(".", "/")
+    modules = {}
+    for path in folder.rglob("*.py"):
+        parts = path.relative_to(folder).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join((package, *parts))] = path
+    return {name: imports(path) & set(modules) - {name} for name, path in modules.items()}
+
+
+def test_no_import_circle_in_experiments():
+    """Every import statement of ``experiments`` counts, also one under ``if TYPE_CHECKING:``."""
+    graph = package_graph("experiments")
+    assert {f"experiments.{name}" for name in ("report", "figures", "profiles", "pairwise", "runs",
+                                                "definitions", "definitions.tokens")} <= set(graph)
+    assert cycle(graph) is None, " -> ".join(cycle(graph) or [])
+
+
+def test_imports_count_type_checking_imports(tmp_path):
+    path = tmp_path / "module.py"
+    path.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from a.b import C\n\n\n"
+                    "def f():\n    import d\n")
+    assert {"a.b", "a.b.C", "d"} <= imports(path)

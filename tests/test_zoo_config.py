@@ -148,7 +148,8 @@ def test_a_callback_that_can_never_fire_is_named(tmp_path: Path) -> None:
         "steps, so learn(48) makes 12; use eval_freq <= 12, or "
         "tpo_agents.zoo.callbacks.EveryTimesteps(n_steps, callback) to count env steps"
     ]
-    with pytest.warns(UserWarning, match=r"^EvalCallback\(eval_freq=50\) never fires: .* makes 12;") as caught:
+    never = r"^EvalCallback\(eval_freq=50\) never fires: .* makes 12;"
+    with pytest.warns(UserWarning, match=never) as caught:
         model.learn(48, callback=[late, due])  # learn() itself says so, in the zoo or not
     assert [w.filename for w in caught if "never fires" in str(w.message)] == [__file__]
     assert late.n_calls == due.n_calls == 12  # one call per 4 env steps

@@ -13,7 +13,7 @@ mode            batch                                           views          n
 Views are listed preferred first; "natural for" is ``CollectionMode.is_natural_for``.
 An algorithm built without ``group_mode`` takes the first mode of its ``mode_preference`` (text,
 token, sequence, population, single; Group PG: single before population) that it supports and that
-is natural for the env (:meth:`tpo_agents.base.GroupAlgorithm.natural_mode`).
+is natural for the env (:meth:`tpo_agents.learn_loop.GroupAlgorithm.natural_mode`).
 A new mode is one more :class:`CollectionMode` subclass registered in :data:`MODES`.
 """
 

@@ -18,7 +18,7 @@ A mode also says which envs it collects from (:attr:`CollectionMode.env_types`, 
 classes) and, from an env's :class:`EnvTraits`, whether it *can* collect from it and whether it is the
 *natural* way to (the paper's and the zoo's choice): an algorithm built without ``group_mode`` takes
 the first mode of its ``mode_preference`` that is natural for the env
-(:meth:`tpo_agents.base.GroupAlgorithm.natural_mode`).
+(:meth:`tpo_agents.learn_loop.GroupAlgorithm.natural_mode`).
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from tpo_agents import callback_steps
-from tpo_agents.base import GroupAlgorithm, model_zip_path
 from tpo_agents.base_class import own_hyperparameters, saved_attributes, saved_by
 from tpo_agents.checks import HyperparameterError
+from tpo_agents.learn_loop import GroupAlgorithm, model_zip_path
 from tpo_agents.provenance import code_version
 from tpo_agents.zoo import callbacks as cb
 from tpo_agents.zoo import hyperparams as hp

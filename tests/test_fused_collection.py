@@ -1,5 +1,5 @@
-"""The fused collection (tpo_agents.engine) equals the generic mode path: same batches, same losses, same
-parameters, for every algorithm and population size it covers; diagnostics only where logged."""
+"""The fused collection (tpo_agents.fused_collection) equals the generic mode path: same batches, same losses,
+same parameters, for every algorithm and population size it covers; diagnostics only where logged."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 
-import tpo_agents.engine as engine_module
+import tpo_agents.fused_collection as engine_module
 import tpo_gym  # noqa: F401
-from tpo_agents.base import wants_rollout_metrics, wants_train_diagnostics
-from tpo_agents.engine import (
+from tpo_agents.fused_collection import (
     TablePopulationCollector,
     fused_collector,
     pixel_bytes,
 )
+from tpo_agents.learn_loop import wants_rollout_metrics, wants_train_diagnostics
 from tpo_agents.zoo.registry import make_agent
 
 th.set_num_threads(1)

@@ -29,10 +29,10 @@ The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's 
 ``tpo_agents.losses`` on the mode's views); with a fused collector the learn loop computes the ``train/``
 diagnostics (the loss's stats, the gradient norm, the KL to pi_old) and the batch's ``rollout/`` values
 only for updates whose logs are written (every ``log_interval``) or when a callback asks for them
-(``tpo_agents.base.wants_train_diagnostics``, ``wants_rollout_metrics``). The one place that chooses a
+(``tpo_agents.learn_loop.wants_train_diagnostics``, ``wants_rollout_metrics``). The one place that chooses a
 fused collector is :func:`fused_collector` (through ``GroupBaseAlgorithm.fused_collector``).
 Everything else (multi-context tables in single mode, the transformer, text) goes the generic path,
-which stays the reference: ``tests/test_engine.py`` holds the two equal.
+which stays the reference: ``tests/test_fused_collection.py`` holds the two equal.
 """
 
 from __future__ import annotations

@@ -1,0 +1,192 @@
+"""docs/results.md's generated tables (``experiments.docs_tables``): equal to what the committed seed files
+give, and the generator itself on small hand-made seed files."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.core import RESULTS, save_seed, seed_path
+from experiments.docs_tables import (
+    BEGIN,
+    DOC,
+    END,
+    EXACT_ZERO,
+    blocks,
+    code_versions_table,
+    cpu_seconds_table,
+    differences,
+    file_sizes_table,
+    fill,
+    generate,
+    main,
+    seed_files,
+    seed_ranges,
+    what_ran_table,
+)
+from experiments.pairwise import PAIRWISE_LEGEND
+from experiments.report import report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_results_md_holds_the_tables_of_the_committed_files():
+    """Regenerating every table from results/paper and results/exact_zero gives exactly what the page
+    holds, and the page holds every table the files give (``python -m experiments.docs_tables``
+    rewrites them)."""
+    text = (ROOT / DOC).read_text()
+    tables = generate(ROOT / RESULTS, ROOT / EXACT_ZERO)
+    assert sorted(blocks(text)) == sorted(tables)
+    assert differences(text, tables) == [], "run python -m experiments.docs_tables"
+
+
+# ------------------------------------------------------------------------------------------- hand-made
+def _seed(root: Path, experiment: str, variant: str, algo: str, seed: int, curve: list[float],
+          **meta) -> Path:
+    """A seed file as ``experiments.run`` writes it (the meta keys the report and the tables read)."""
+    path = seed_path(root, experiment, variant, algo, seed)
+    kwargs = {"group_mode": "token"} if algo in ("tpo", "grpo") else {}
+    spec = {"algo": algo, "kwargs": kwargs, "n_updates": len(curve)}
+    save_seed(path, {"update/error": np.array(curve)},
+              {"experiment": experiment, "variant": variant, "seed": seed, "fingerprint": f"{algo}-fp",
+               "spec": spec, "wall_s": 1.0, **meta})
+    return path
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    """vocab_sweep V2: tpo seeds 0-4 at two commits (one file without ``code``, one without ``host``),
+    ppo seeds 0-2; eta_sweep eta1: tpo seeds 0-1."""
+    root = tmp_path / "results"
+    for seed in range(5):
+        meta = {"code": "aaaaaaa" if seed in (0, 1, 3) else "bbbbbbb", "host": "node1"}
+        if seed == 4:
+            meta.pop("code")
+        if seed == 3:
+            meta.pop("host")
+        if seed < 2:
+            meta["cpu_s"] = 10.0 + seed
+        _seed(root, "vocab_sweep", "V2", "tpo", seed, [0.5, 0.2 - 0.01 * seed, 0.0], **meta)
+    for seed in range(3):
+        _seed(root, "vocab_sweep", "V2", "ppo", seed, [0.5, 0.4, 0.3 - 0.1 * seed], code="ccccccc",
+              host="node2", cpu_s=7.0)
+    for seed in range(2):
+        _seed(root, "eta_sweep", "eta1", "tpo", seed, [0.9, 0.1], code="ddddddd", host="node1")
+    return root
+
+
+def test_seed_ranges():
+    assert seed_ranges([6, 0, 1, 2, 4, 7]) == "0–2, 4, 6–7"
+    assert seed_ranges([3]) == "3"
+    assert seed_ranges([]) == ""
+
+
+def test_seed_files_read_the_meta_in_the_report_order(results):
+    files = seed_files(results)
+    assert [(f.experiment, f.algo, f.seed) for f in files] == (
+        [("vocab_sweep", "ppo", s) for s in range(3)] + [("vocab_sweep", "tpo", s) for s in range(5)]
+        + [("eta_sweep", "tpo", s) for s in range(2)])
+    tpo = [f for f in files if f.algo == "tpo" and f.experiment == "vocab_sweep"]
+    assert [f.code for f in tpo] == ["aaaaaaa", "aaaaaaa", "bbbbbbb", "aaaaaaa", None]
+    assert [f.updates for f in tpo] == [3] * 5
+    assert tpo[0].size == seed_path(results, "vocab_sweep", "V2", "tpo", 0).stat().st_size
+
+
+def test_code_versions_table(results):
+    lines = code_versions_table(seed_files(results)).splitlines()
+    assert lines[0] == "| experiment | variant | method | seeds | `code` of the seed files: seeds | `host` |"
+    assert lines[2:] == [
+        "| `vocab_sweep` | V2 | ppo | 3 | `ccccccc`: 0–2 | `node2` |",
+        "| `vocab_sweep` | V2 | tpo | 5 | `aaaaaaa`: 0–1, 3; `bbbbbbb`: 2; not recorded: 4 "
+        "| `node1`, not recorded |",
+        "| `eta_sweep` | eta1 | tpo | 2 | `ddddddd`: 0–1 | `node1` |",
+    ]
+
+
+def test_cpu_seconds_table_by_commit(results):
+    lines = cpu_seconds_table(seed_files(results)).splitlines()
+    assert lines[2:] == [
+        "| `vocab_sweep` | V2 | ppo | `ccccccc`: 7 (3 seeds) | 0 |",
+        "| `vocab_sweep` | V2 | tpo | `aaaaaaa`: 10 (10–11, 2 seeds) | 3 |",
+    ]  # eta_sweep records no cpu_s: no row
+
+
+def test_file_sizes_table(results):
+    files = seed_files(results)
+    sizes = [f.size for f in files]
+    vocab = [f.size for f in files if f.experiment == "vocab_sweep"]
+    lines = file_sizes_table(files).splitlines()
+    assert lines[2].startswith(f"| `vocab_sweep` | 8 | {min(vocab) / 1000:.1f}–{max(vocab) / 1000:.1f} | ")
+    assert lines[-1] == (f"| all | 10 | {min(sizes) / 1000:.1f}–{max(sizes) / 1000:.1f} | "
+                         f"{sum(sizes) / 1000:,.1f} |")
+
+
+def test_what_ran_table(results):
+    table = what_ran_table(seed_files(results))
+    rows = {line.split(" | ")[0].strip("| `"): line for line in table.splitlines()}
+    assert rows["vocab_sweep"].endswith("| 20 × 1,000 | 2 / 16 | 3 × 3: V2 (ppo); 5 × 3: V2 (tpo) |")
+    assert rows["eta_sweep"].endswith("| 1 / 5 | 2 × 2: eta1 (tpo) |")
+    assert rows["mnist"].endswith("| 0 / 6 | none |")
+
+
+def test_generated_report_tables_are_what_the_report_prints(results, tmp_path):
+    tables = generate(results, None)
+    assert set(tables) == {"what-ran", "code-versions", "cpu-seconds", "file-sizes", "pairwise-legend",
+                           "report:vocab_sweep", "pairwise:vocab_sweep", "report:eta_sweep"}
+    printed = report("vocab_sweep", results, tmp_path / "figures")
+    assert tables["report:vocab_sweep"] in printed
+    assert tables["pairwise:vocab_sweep"] + "\n\n" + PAIRWISE_LEGEND in printed
+    assert "| V2 | tpo (token) | 5 | 3 |" in tables["report:vocab_sweep"]
+    assert tables["report:eta_sweep"] in report("eta_sweep", results, tmp_path / "figures")
+
+
+def test_fill_replaces_only_what_lies_between_the_markers():
+    text = (f"intro\n\n{BEGIN.format('a')}\nold a\n{END}\n\nmiddle\n{BEGIN.format('b')}\n{END}\nend\n")
+    assert blocks(text) == {"a": "old a", "b": ""}
+    new = fill(text, {"a": "| new |", "b": "x\ny", "c": "unused"})
+    assert new == (f"intro\n\n{BEGIN.format('a')}\n| new |\n{END}\n\n"
+                   f"middle\n{BEGIN.format('b')}\nx\ny\n{END}\nend\n")
+    assert blocks(new) == {"a": "| new |", "b": "x\ny"}
+    assert fill(new, {"a": "| new |", "b": "x\ny"}) == new
+    assert differences(text, {"a": "| new |", "b": ""}) == ["a"]
+    with pytest.raises(KeyError, match="b"):
+        fill(text, {"a": "x"})
+    with pytest.raises(ValueError, match="twice"):
+        blocks(text + f"{BEGIN.format('a')}\n{END}\n")
+
+
+def test_main_checks_and_rewrites_the_page(results, tmp_path, capsys):
+    doc = tmp_path / "results.md"
+    names = list(generate(results, tmp_path / "none"))
+    doc.write_text("# page\n\n" + "\n\n".join(f"{BEGIN.format(n)}\nstale\n{END}" for n in names) + "\n")
+    args = ["--doc", str(doc), "--results", str(results), "--exact-zero", str(tmp_path / "none")]
+    before = doc.read_text()
+    assert main([*args, "--check"]) == 1
+    assert doc.read_text() == before
+    assert "table code-versions differs" in capsys.readouterr().out
+    assert main(args) == 0
+    assert main([*args, "--check"]) == 0
+    assert blocks(doc.read_text())["code-versions"] == code_versions_table(seed_files(results))
+    doc.write_text(doc.read_text().replace(BEGIN.format("file-sizes"), "<!-- file-sizes -->"))
+    assert main([*args, "--check"]) == 1  # a table the files give but the page lacks
+    assert "no marked table file-sizes" in capsys.readouterr().out
+
+
+def test_only_the_files_git_tracks_count(results):
+    """A seed a run is still writing (untracked) changes no table; outside a git work tree every file
+    counts."""
+    assert len(seed_files(results, tracked_only=True)) == 10  # not in a git work tree
+    subprocess.run(["git", "init", "-q", str(results)], check=True)
+    subprocess.run(["git", "add", "vocab_sweep/V2/ppo"], cwd=results, check=True)
+    tracked = seed_files(results, tracked_only=True)
+    assert [(f.algo, f.seed) for f in tracked] == [("ppo", 0), ("ppo", 1), ("ppo", 2)]
+    assert len(seed_files(results)) == 10
+    tables = generate(results, None)
+    assert set(tables) == {"what-ran", "code-versions", "cpu-seconds", "file-sizes", "pairwise-legend",
+                           "report:vocab_sweep"}
+    assert "| V2 | ppo | 3 | 3 |" in tables["report:vocab_sweep"]
+    assert "tpo" not in tables["report:vocab_sweep"]
+    assert "| V2 | tpo (token) | 5 | 3 |" in generate(results, None, tracked_only=False)["report:vocab_sweep"]

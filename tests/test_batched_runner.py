@@ -126,6 +126,7 @@ def test_dry_run_shows_how_seeds_are_batched(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_the_parent_of_a_multi_process_run_never_imports_torch(tmp_path):
     """torch takes seconds to import: the parent of `--n-jobs 2` only plans, collects and writes, so neither
     its modules, planning every experiment (reading the zoo's configs) nor a finished job's results (plain

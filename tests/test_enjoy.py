@@ -107,6 +107,7 @@ def test_errors(logs: Path, tmp_path: Path) -> None:
         main(["--algo", "tpo", "--env", "TokenReversal", "-f", str(logs), "-n", "0"])
 
 
+@pytest.mark.slow
 def test_command_line(logs: Path, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "tpo_agents.enjoy", "--algo", "tpo", "--env", "TokenReversal",
            "-f", str(logs)]

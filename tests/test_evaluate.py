@@ -99,6 +99,7 @@ def test_run_env_kwargs_reads_eval_kwargs(tmp_path: Path) -> None:
     assert run_env_kwargs(str(tmp_path / "run"), "TPO-MNISTBandit-v0") == {"data_dir": "x", "split": "test"}
 
 
+@pytest.mark.slow
 def test_command_line(run: Path) -> None:
     cmd = [sys.executable, "-m", "tpo_agents.evaluate", *base_argv(run), "-n", "4"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)

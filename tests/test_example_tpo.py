@@ -112,6 +112,7 @@ def test_the_example_s_update_equals_the_library_s_on_the_same_batch(dtype):
     assert moved > 1e-4  # the updates moved the parameters (Muon steps of ~lr)
 
 
+@pytest.mark.slow
 def test_the_example_runs_and_prints_the_task_error():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(

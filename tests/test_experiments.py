@@ -249,6 +249,7 @@ def test_mnist_recorder_evaluates_every_k_updates_at_the_offset_label():
 # ------------------------------------------------------------------------------- runner and report
 
 
+@pytest.mark.slow
 def test_runner_writes_each_seed_resumes_and_reports(tmp_path, capsys):
     experiment = get_experiment("tabular_single")
     tasks = plan(experiment, tmp_path, smoke=True, n_seeds=2, updates=3, algorithms=["tpo", "pg"])

@@ -33,6 +33,7 @@ from experiments.report import report
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_results_md_holds_the_tables_of_the_committed_files():
     """Regenerating every table from results/paper and results/exact_zero gives exactly what the page
     holds, and the page holds every table the files give (``python -m experiments.docs_tables``
@@ -132,6 +133,7 @@ def test_what_ran_table(results):
     assert rows["mnist"].endswith("| 0 / 6 | none |")
 
 
+@pytest.mark.slow
 def test_generated_report_tables_are_what_the_report_prints(results, tmp_path):
     tables = generate(results, None)
     assert set(tables) == {"what-ran", "code-versions", "cpu-seconds", "file-sizes", "pairwise-legend",

@@ -49,6 +49,7 @@ def test_the_device_reaches_every_task(tmp_path: Path) -> None:
     assert {task.device for task in plan(get_experiment("tabular_single"), tmp_path, smoke=True)} == {"cpu"}
 
 
+@pytest.mark.slow
 def test_a_device_this_machine_lacks_is_one_line(tmp_path: Path) -> None:
     assert check_device("cpu") == "cpu"
     with pytest.raises(ValueError, match=r"--device 'tpu': not a PyTorch device"):

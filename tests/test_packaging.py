@@ -16,6 +16,7 @@ from tpo_agents.zoo.hyperparams import PROJECT_CONFIGS
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_zoo_configs_and_experiments(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                "-w", str(tmp_path), str(ROOT)]  # fmt: skip
@@ -56,6 +57,7 @@ def test_the_default_install_has_no_llm_stack_and_the_readme_installs_it_for_the
     assert "--no-deps" not in install + tests  # nothing whose declared requirements pip reports as conflicts
 
 
+@pytest.mark.slow
 def test_the_main_job_imports_no_llm_module() -> None:
     code = ("import sys, tpo_agents.zoo.train, tpo_agents.tpo, tpo_gym; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in {'transformers', 'trl', 'peft', "

@@ -35,6 +35,7 @@ def test_first_updates_reproduce(name):
                                        err_msg=f"{name} {key} update {update}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DETERMINISM_RUNS)
 def test_same_seed_same_numbers(name):
     first, second = run(name, n_updates=N_UPDATES), run(name, n_updates=N_UPDATES)

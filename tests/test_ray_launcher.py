@@ -20,6 +20,8 @@ from experiments.launchers import make_launcher
 from experiments.run import main
 from experiments.runner import plan, run_tasks
 
+pytestmark = pytest.mark.slow  # the whole module (see pyproject: markers)
+
 th.set_num_threads(1)
 TIMINGS = {"wall_s", "batch_wall_s", "cpu_s", "batch_cpu_s"}
 

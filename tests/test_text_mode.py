@@ -203,6 +203,7 @@ def test_single_sample_methods_use_the_masked_sample_view(model_dir, algo):
     model.learn(n_iterations=1)
 
 
+@pytest.mark.slow
 def test_tpo_learns_the_toy_task_and_logs_the_text_metrics(model_dir):
     model = make(TPO, model_dir, batch_size=4, group_size=8, learning_rate=2e-2, n_epochs=2, kl_coef=1e-3,
                  mode_kwargs=dict(sample_every=5))  # fmt: skip

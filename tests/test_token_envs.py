@@ -247,6 +247,7 @@ def test_bad_kwargs_raise(kwargs, match):
         gym.make_vec("TPO/TokenCopy-v0", num_envs=2, vectorization_mode="vector_entry_point", **kwargs)
 
 
+@pytest.mark.slow
 def test_sb3_ppo_trains_on_gym_make():
     import torch
     from stable_baselines3 import PPO

@@ -175,6 +175,7 @@ def test_split_group_in_a_micro_batch_is_an_error(tiny_llm_dir, tmp_path):
         trainer._compute_loss(trainer.model, split)
 
 
+@pytest.mark.slow
 def test_multi_epoch_uses_the_rollout_log_probs(tiny_llm_dir, tmp_path, monkeypatch):
     trainer = make_trainer(tiny_llm_dir, tmp_path, num_iterations=2, max_steps=2)
     seen = []
@@ -245,6 +246,7 @@ def test_text_env_reward_and_dataset(tiny_llm_dir):
         tpo_trl.text_env_reward("TPO/TokenReversal-v0")
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_one_process_update(tiny_llm_dir, tmp_path):
     """torchrun + gloo, 2 processes x 1 group each == 1 process x 2 groups, and the step moved weights."""
     from transformers import AutoModelForCausalLM
@@ -267,6 +269,7 @@ def test_two_processes_give_the_one_process_update(tiny_llm_dir, tmp_path):
     assert np.isfinite(gap)
 
 
+@pytest.mark.slow
 def test_two_processes_holding_half_a_group_each_give_the_one_process_update(tiny_llm_dir, tmp_path):
     """torchrun + gloo, 2 processes x 1 row of one group of K = 2 (the group's log-scores gathered with a
     differentiable all-gather) == 1 process holding the whole group, and the step moved weights."""

@@ -63,6 +63,7 @@ def write(path: Path, data: dict) -> Path:
 
 
 # ---------------------------------------------------------------------------------- flagship command
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["tpo", "sb3_ppo"])
 def test_exact_command(tmp_path: Path, algo: str) -> None:
     """``python train.py --algo tpo --env TokenReversal --hyperparams zoo_configs/`` with a tiny -n."""
@@ -292,6 +293,7 @@ def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> No
 
 
 # ---------------------------------------------------------------------------------- errors
+@pytest.mark.slow
 def test_unknown_algo_lists_choices_and_nearest(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"Unknown algorithm 'tpp'.*Did you mean 'tpo'.*grpo"):
         configure(["--algo", "tpp", "--env", "TokenReversal", "-f", str(tmp_path)])
@@ -432,6 +434,7 @@ def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str, req
 
 
 # ---------------------------------------------------------------------- the algorithm owns its env
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algo, override",
     [("dg", "normalize:True"), ("tpo", "n_envs:4"), ("ppo", "frame_stack:2"),

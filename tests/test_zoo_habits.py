@@ -60,6 +60,7 @@ def test_saved_zips_have_the_mode_of_the_other_files(tmp_path: Path) -> None:
     assert modes[f"{ENV_DIR}.zip"] & stat.S_IROTH
 
 
+@pytest.mark.slow
 def test_trial_id_trains_with_a_trials_hyperparameters(tmp_path: Path) -> None:
     storage = str(tmp_path / "study.log")
     study = search(tmp_path, "--n-trials", "2", "--storage", storage, "--sampler", "random",
@@ -77,6 +78,7 @@ def test_trial_id_trains_with_a_trials_hyperparameters(tmp_path: Path) -> None:
     assert not (tmp_path / "other").exists()
 
 
+@pytest.mark.slow
 def test_track_writes_an_offline_wandb_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("wandb")
     monkeypatch.chdir(tmp_path)

@@ -19,6 +19,8 @@ from tpo_agents.zoo.run import EVAL_EPISODES
 from tpo_agents.zoo.samplers import SAMPLERS, SamplerContext
 from tpo_agents.zoo.train import configure, main, train
 
+pytestmark = pytest.mark.slow  # the whole module (see pyproject: markers)
+
 torch.set_num_threads(1)
 
 ENV_ID = "TPO/TokenReversal-v0"
@@ -46,6 +48,7 @@ def tpo_search(tmp_path_factory: pytest.TempPathFactory):
 
 
 # ------------------------------------------------------------------------------ search and report
+@pytest.mark.slow
 def test_three_trial_search_writes_the_report(tpo_search) -> None:
     tmp_path, result = tpo_search
     folder = Path(result.report_path)
@@ -135,6 +138,7 @@ def test_no_pruner_with_cmaes_completes_every_trial(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------- storage
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_shared_storage_accumulates_trials(tmp_path: Path, kind: str) -> None:
     """Two runs (as two processes or machines would) add their trials to one study."""

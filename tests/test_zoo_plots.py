@@ -67,6 +67,7 @@ def assert_png(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ runs found
+@pytest.mark.slow
 def test_runs_are_found_with_their_env_ids(logs: Path) -> None:
     found = {(run.algo, run.env_id, run.number) for run in results.list_runs(str(logs))}
     bandit = "TPO/KArmedBandit-v0"

@@ -104,6 +104,7 @@ def test_space_table_matches_the_constructors(algo: str, env_id: str, fits: bool
 
 
 # ----------------------------------------------------------------------------- train, save, reload
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", NEW_ALGOS)
 def test_trains_on_cartpole_saves_reloads_and_evaluates(tmp_path: Path, algo: str) -> None:
     result = zoo(tmp_path, algo, "CartPole-v1", "-n", "300", "-params", *TINY_EXTERNAL[algo])
@@ -122,6 +123,7 @@ def test_trains_on_cartpole_saves_reloads_and_evaluates(tmp_path: Path, algo: st
     assert out["n_episodes"] == 2 and out["mean_reward"] >= 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["dqn", "ppo_lstm"])
 def test_trains_on_a_tpo_env_with_task_error(tmp_path: Path, algo: str) -> None:
     """An SB3 algorithm on TokenReversal through the SB3 adapter: task error logged and evaluated."""
@@ -135,6 +137,7 @@ def test_trains_on_a_tpo_env_with_task_error(tmp_path: Path, algo: str) -> None:
     assert out["env_kwargs"]["sequence_length"] == 3
 
 
+@pytest.mark.slow
 def test_schedules_normalize_and_policy_kwargs_reach_the_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,6 +162,7 @@ def test_schedules_normalize_and_policy_kwargs_reach_the_model(
     assert kwargs["policy"].__name__ == "ARSLinearPolicy" and kwargs["train_freq"] == (1, "episode")
 
 
+@pytest.mark.slow
 def test_ars_n_envs_are_async_eval_workers(tmp_path: Path) -> None:
     """As in the RL Zoo: ARS steps one training env; n_envs = 2 evaluates candidates in 2 processes."""
     result = zoo(tmp_path, "ars", "CartPole-v1", "-n", "200", "-params", "n_envs:2", "n_delta:2")
@@ -192,6 +196,7 @@ def test_the_reported_command_trains(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- one-line errors
+@pytest.mark.slow
 def test_grouped_algorithm_on_cartpole_is_a_one_line_error(tmp_path: Path) -> None:
     line = one_line_error("--algo", "tpo", "--env", "CartPole-v1", cwd=tmp_path)
     assert "'tpo'" in line and "'CartPole-v1' is not one" in line

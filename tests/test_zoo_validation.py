@@ -110,6 +110,7 @@ def test_unusable_model_or_log_folder_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.slow
 def test_command_lines_print_no_traceback(tmp_path: Path) -> None:
     """The real ``train.py`` and ``python -m tpo_agents.evaluate``: exit code 1, one stderr line."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -13,8 +13,8 @@ docs/results.md holds each such table between two markers::
     <!-- end -->
 
 and this command rewrites what lies between them (``--check``: changes nothing, lists the tables that
-differ or that the page lacks and exits 1 if there is any; ``tests/test_experiments_docs.py`` checks
-the same). The tables, by NAME:
+differ or that the page lacks and exits 1 if there is any;
+``tests/experiments/test_experiments_docs.py`` checks the same). The tables, by NAME:
 
 * ``what-ran``: for every experiment, the paper's size, how many of its grid's cells have committed
   seed files, and their seeds x updates, cell by cell;

@@ -1,4 +1,5 @@
-"""The runs whose first updates ``tests/test_pinned.py`` pins (regenerate: ``python -m tests.pinned_runs``).
+"""The runs whose first updates ``tests/tpo_agents/test_pinned.py`` pins (regenerate:
+``python -m tests.pinned_runs``).
 
 Each run trains a small copy of a paper setting and records, per update, the task error before it
 (``rollout/task_error``), the loss and the first epoch's gradient norm. The numbers in

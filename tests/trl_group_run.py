@@ -1,5 +1,6 @@
 """One optimizer step of ``TargetPOTrainer`` on the tiny test model with fixed completions, for the
-one-process vs two-process (accelerate, gloo) comparison in ``tests/test_trl_integration.py``.
+one-process vs two-process (accelerate, gloo) comparison in
+``tests/tpo_agents/integrations/test_trl_integration.py``.
 
 ``python tests/trl_group_run.py MODEL_DIR OUT_FILE PER_DEVICE_BATCH`` (under ``torchrun`` or
 ``accelerate launch`` for several processes) trains on prompts x K = 2 completions for one SGD step

@@ -40,7 +40,7 @@ from tpo_agents.rollout import Episodes, TokenGroups
 from tpo_agents.zoo.registry import get_algo
 
 torch.set_num_threads(1)
-FIXTURES = np.load(Path(__file__).parent / "fixtures" / "reference_updates.npz")
+FIXTURES = np.load(Path(__file__).resolve().parents[1] / "fixtures" / "reference_updates.npz")
 H, V, B, K = 4, 2, 6, 4
 MODEL = dict(d_model=8, n_heads=2, n_layers=2, ffn_mult=4)
 ATOL = 5e-6

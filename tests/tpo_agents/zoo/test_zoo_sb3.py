@@ -27,7 +27,7 @@ from tpo_agents.zoo.train import configure, train
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "zoo_configs"
 NEW_ALGOS = ("a2c", "dqn", "qrdqn", "trpo", "ars", "ppo_lstm")
 _TINY_DQN = ["learning_starts:16", "batch_size:8", "buffer_size:500", "train_freq:4", "gradient_steps:1",

@@ -2,10 +2,10 @@
 same parameters and the same collected batch (prompts, behaviour actions, K candidates per prefix and
 their scores) both updates give the same parameters, and stay equal over three updates.
 
-The attention key biases are left out of the comparison (as in ``tests/test_reference_updates.py``): they
-change no output (every logit of a query over the keys shifts by q . b_k, which the softmax removes), so
-their gradient is rounding noise, which Muon (they are (heads, head_dim) matrices) scales to a full step in
-a direction of its own in each code.
+The attention key biases are left out of the comparison (as in
+``tests/tpo_agents/test_reference_updates.py``): they change no output (every logit of a query over the
+keys shifts by q . b_k, which the softmax removes), so their gradient is rounding noise, which Muon (they
+are (heads, head_dim) matrices) scales to a full step in a direction of its own in each code.
 
 Precision: in float64 the two updates agree to ~1e-15 (both codes, library and example, run in float64 for
 that check: the same formulas, rounded alike). In float32, the paper's precision, every parameter agrees to
@@ -31,7 +31,7 @@ from stable_baselines3.common.logger import Logger
 import tpo_agents
 
 torch.set_num_threads(1)
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tpo_token_reversal.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tpo_token_reversal.py"
 H, V, B, K = 4, 2, 6, 4
 MODEL = dict(d_model=8, n_heads=2, n_layers=2, ffn_mult=4)
 ATOL = 1e-6

@@ -243,7 +243,7 @@ def test_bad_kwargs_raise_one_line_value_errors(kwargs: dict, match: str) -> Non
 @pytest.mark.parametrize("env_id", tpo_gym.TEXT_ENV_IDS)
 def test_registered_ids_pass_check_env_and_make_vec(env_id: str, tmp_path) -> None:
     kwargs = {**SMALL, **({"dataset": "basic_arithmetic"} if env_id == "TPO/ReasoningGym-v0" else {})}
-    if env_id == "TPO/GSM8K-v0":  # read from a file (tests/test_gsm8k_env.py), not generated
+    if env_id == "TPO/GSM8K-v0":  # read from a file (tests/tpo_gym/test_gsm8k_env.py), not generated
         rows = [{"question": f"What is {i} + 1?", "answer": f"{i} + 1\n#### {i + 1}"} for i in range(8)]
         (tmp_path / "gsm8k.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
         kwargs = {"data_file": str(tmp_path / "gsm8k.jsonl"), "size": 6, "eval_size": 2}

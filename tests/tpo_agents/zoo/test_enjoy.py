@@ -16,7 +16,7 @@ from tpo_agents.zoo.train import train
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 H = 4  # tokens per episode of the trained run
 ARGV = ["--algo", "tpo", "--env", "TokenReversal"]
 

@@ -24,7 +24,7 @@ from tests.trl_group_run import K, fixed_rollout, length_reward  # noqa: E402
 from tpo_agents import losses  # noqa: E402
 from tpo_agents.integrations import trl as tpo_trl  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 

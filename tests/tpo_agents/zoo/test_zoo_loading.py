@@ -14,7 +14,7 @@ import pytest
 import torch
 from stable_baselines3 import PPO as SB3PPO
 
-from tests.test_zoo_validation import TINY_GROUP, TINY_TOKENS
+from tests.tpo_agents.zoo.test_zoo_validation import TINY_GROUP, TINY_TOKENS
 from tpo_agents import DG, GRPO, PPO, TPO, GroupPG
 from tpo_agents.zoo import enjoy
 from tpo_agents.zoo.evaluate import main

@@ -15,7 +15,7 @@ from experiments.core import check_device
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.runner import plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("script", ["experiments/gpu.sh", "benchmarks/gpu.sh"])

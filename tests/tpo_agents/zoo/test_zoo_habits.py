@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
-from tests.test_zoo_optimize import TINY, search
-from tests.test_zoo_validation import TINY_GROUP, TINY_TOKENS, error_line, zoo_argv
+from tests.tpo_agents.zoo.test_zoo_optimize import TINY, search
+from tests.tpo_agents.zoo.test_zoo_validation import TINY_GROUP, TINY_TOKENS, error_line, zoo_argv
 from tpo_agents.tpo import TPO
 from tpo_agents.zoo import results
 from tpo_agents.zoo.train import main, train

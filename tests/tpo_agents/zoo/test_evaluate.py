@@ -19,7 +19,7 @@ from tpo_agents.zoo.train import train
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ENV_DIR = "TPO-TokenReversal-v0"
 TINY_SB3 = ["n_envs:2", "n_steps:8", "batch_size:16", "n_epochs:1"]
 

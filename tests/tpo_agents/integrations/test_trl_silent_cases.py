@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
-from tests.test_trl_integration import grads, make_trainer, manual_token_log_probs, micro_batch  # noqa: E402
+from tests.tpo_agents.integrations.test_trl_integration import grads, make_trainer, manual_token_log_probs, micro_batch  # noqa: E402
 from tests.trl_group_run import K  # noqa: E402
 from tpo_agents import losses as L  # noqa: E402
 
@@ -87,7 +87,7 @@ def test_mask_truncated_completions_is_honoured_end_to_end(tiny_llm_dir, tmp_pat
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tests.test_trl_integration import make_config
+    from tests.tpo_agents.integrations.test_trl_integration import make_config
     from tests.trl_group_run import length_reward
     from tpo_agents.integrations import trl as tpo_trl
 
@@ -213,7 +213,7 @@ def test_stop_cuts_completions_before_they_are_scored_and_trained(tiny_llm_dir, 
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tests.test_trl_integration import make_config
+    from tests.tpo_agents.integrations.test_trl_integration import make_config
     from tpo_agents.integrations import trl as tpo_trl
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
@@ -249,7 +249,7 @@ def test_stop_cuts_completions_before_they_are_scored_and_trained(tiny_llm_dir, 
 
 
 def test_stop_with_mask_truncated_completions_is_refused(tmp_path):
-    from tests.test_trl_integration import make_config
+    from tests.tpo_agents.integrations.test_trl_integration import make_config
     from tpo_agents.integrations import trl as tpo_trl
 
     with pytest.raises(ValueError, match="stop='</answer>' with mask_truncated_completions=True"):

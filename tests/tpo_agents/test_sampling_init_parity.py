@@ -46,7 +46,7 @@ from tpo_gym.envs.tokens import TokenTaskVectorEnv
 
 torch.set_num_threads(1)
 
-FIXTURE = Path(__file__).parent / "fixtures" / "reference_init_sampling.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reference_init_sampling.json"
 #: Tolerance in standard errors of the compared estimates (two-sided normal tail 5.7e-7).
 Z = 5.0
 #: Upper standard-normal quantile for the chi-square bounds (tail probability 1e-6).

@@ -14,7 +14,7 @@ import torch
 import yaml
 from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
 
-from tests.test_zoo_validation import TINY_GROUP, TINY_TOKENS, error_line, zoo_argv
+from tests.tpo_agents.zoo.test_zoo_validation import TINY_GROUP, TINY_TOKENS, error_line, zoo_argv
 from tpo_agents import TPO
 from tpo_agents.callback_steps import never_firing
 from tpo_agents.zoo import hyperparams as hp

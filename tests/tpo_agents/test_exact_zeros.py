@@ -143,7 +143,7 @@ def test_pi_old_is_the_update_s_own_forward_at_theta_old():
 def test_an_all_fail_batch_gives_targetpotrainer_an_exactly_zero_gradient(tiny_llm_dir, tmp_path):
     pytest.importorskip("trl")
     pytest.importorskip("datasets")
-    from tests.test_trl_integration import make_trainer, micro_batch
+    from tests.tpo_agents.integrations.test_trl_integration import make_trainer, micro_batch
 
     trainer = make_trainer(tiny_llm_dir, tmp_path)
     trainer.current_gradient_accumulation_steps = 1

@@ -17,7 +17,7 @@ import torch
 import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
-from tests.test_zoo_sb3 import TINY_EXTERNAL
+from tests.tpo_agents.zoo.test_zoo_sb3 import TINY_EXTERNAL
 from tpo_agents.zoo import registry
 from tpo_agents.zoo.callbacks import atomic_save
 from tpo_agents.zoo.hyperparams import ConfigError
@@ -25,7 +25,7 @@ from tpo_agents.zoo.train import configure, train
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "zoo_configs"
 ENV_DIR = "TPO-TokenReversal-v0"
 #: Tiny sizes for SB3's PPO (n_envs * n_steps = 16 steps per update).
@@ -249,7 +249,7 @@ def test_interrupt_saves_a_loadable_model(tmp_path: Path, capsys: pytest.Capture
     message count the 16 steps trained on, not the 16 collected after them."""
     result = zoo(
         tmp_path, "-n", "1000", "--save-freq", "16",
-        "-params", *TINY_SB3, "callback:tests.test_zoo.InterruptAfter",
+        "-params", *TINY_SB3, "callback:tests.tpo_agents.zoo.test_zoo.InterruptAfter",
     )
     assert result.interrupted and result.model.num_timesteps == 16
     assert ("Interrupted after 16 steps: saving the model (the 16 steps of the batch in progress were "
@@ -267,7 +267,7 @@ def test_interrupt_of_a_grouped_algorithm_counts_the_steps_trained(tmp_path: Pat
     """TPO, 12 env steps per update (B = 4 prompts of H = 3 tokens): Ctrl-C at step 32, in the third
     collection, saves the model of the 24 steps its two updates trained on."""
     result = zoo(tmp_path, "-n", "1000", "--env-kwargs", *TINY_ENV["token"], "-params", *TINY_GROUP,
-                 "callback:tests.test_zoo.InterruptAfter", algo="tpo")  # fmt: skip
+                 "callback:tests.tpo_agents.zoo.test_zoo.InterruptAfter", algo="tpo")  # fmt: skip
     assert result.interrupted and result.model.num_timesteps == 24 and result.model._n_updates == 2 * 4
     assert ("Interrupted after 24 steps: saving the model (the 8 steps of the batch in progress were "
             "collected but not trained on, and are not counted)") in capsys.readouterr().out

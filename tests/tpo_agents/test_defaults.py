@@ -25,7 +25,7 @@ from tpo_gym.sb3 import make_sb3_vec_env
 
 th.set_num_threads(1)
 
-CONFIGS = Path(__file__).resolve().parents[1] / "zoo_configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "zoo_configs"
 KARMED, MULTI, MNIST = tpo_gym.ENV_IDS[:3]
 TOKEN_IDS = tpo_gym.ENV_IDS[3:]
 TERMINAL = {"reward": "terminal", "sequence_length": 3, "vocab_size": 2}
@@ -67,7 +67,7 @@ def test_the_natural_mode_of_every_env(algo: type[GroupAlgorithm]) -> None:
             continue
         assert algo.natural_mode(env_id, env_kwargs) == want, (env_id, env_kwargs)
         if want == "text":
-            continue  # building a text model needs a language model (tests/test_text_mode.py)
+            continue  # building a text model needs a language model (tests/tpo_agents/test_text_mode.py)
         assert algo.natural_mode(gym.make(env_id, **env_kwargs)) == want  # an env: its id and kwargs
         policy, policy_kwargs = _policy(env_id)
         model = algo(policy, env_id, env_kwargs=env_kwargs or (TOKENS if "Token" in env_id else {}),

@@ -24,7 +24,7 @@ torch.set_num_threads(1)
 # verl lists the training engines it cannot import (torchtitan, megatron, ...) when its workers load
 pytestmark = pytest.mark.filterwarnings("ignore:.* engine is not available:UserWarning")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "configs" / "verl" / "tpo_qwen3_1.7b.yaml"
 HAS_VERL = importlib.util.find_spec("verl") is not None
 HAS_PYARROW = importlib.util.find_spec("pyarrow") is not None

@@ -23,7 +23,7 @@ from tpo_agents.zoo.train import train
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BANDIT = "TPO-KArmedBandit-v0"
 B = 4  # episodes per update of the grouped runs
 

@@ -22,7 +22,7 @@ from experiments.runner import plan, plan_jobs, run_tasks
 from tpo_agents.modes.base import CollectionMode
 
 th.set_num_threads(1)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_default_folders_are_the_committed_results_and_the_smoke_folder():

@@ -305,7 +305,7 @@ def test_ctrl_c_still_writes_the_report(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_ctrl_c_inside_a_trial_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
     """Ctrl-C while a trial trains: no Optuna traceback, one line naming the stopped trial, the report."""
-    tiny = [*TINY[:3], "callback:tests.test_zoo.InterruptAfter", *TINY[3:]]
+    tiny = [*TINY[:3], "callback:tests.tpo_agents.zoo.test_zoo.InterruptAfter", *TINY[3:]]
     result = search(tmp_path, "--n-trials", "3", "--no-optim-plots", *tiny)
     out, err = capfd.readouterr()
     assert result.interrupted and [t.state.name for t in result.study.trials] == ["FAIL"]

@@ -382,7 +382,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     def fused_collector(self) -> fused_collection.Collector | None:
         """The fused collection for this policy, mode and env (the one place that chooses it:
         :func:`tpo_agents.fused_collection.fused_collector`), or None: the generic path, ``collect``, which
-        stays its reference (``tests/test_fused_collection.py`` holds the two equal)."""
+        stays its reference (``tests/tpo_agents/test_fused_collection.py`` holds the two equal)."""
         return fused_collection.fused_collector(self)
 
     def _probe_env(self, source: EnvLike) -> gym.Env:

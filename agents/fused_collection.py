@@ -32,7 +32,7 @@ only for updates whose logs are written (every ``log_interval``) or when a callb
 (``tpo_agents.learn_loop.wants_train_diagnostics``, ``wants_rollout_metrics``). The one place that chooses a
 fused collector is :func:`fused_collector` (through ``GroupBaseAlgorithm.fused_collector``).
 Everything else (multi-context tables in single mode, the transformer, text) goes the generic path,
-which stays the reference: ``tests/test_fused_collection.py`` holds the two equal.
+which stays the reference: ``tests/tpo_agents/test_fused_collection.py`` holds the two equal.
 """
 
 from __future__ import annotations

@@ -251,14 +251,14 @@ def test_two_processes_give_the_one_process_update(tiny_llm_dir, tmp_path):
     """torchrun + gloo, 2 processes x 1 group each == 1 process x 2 groups, and the step moved weights."""
     from transformers import AutoModelForCausalLM
 
-    script = str(ROOT / "tests" / "trl_group_run.py")
+    script = ["-m", "tests.trl_group_run"]  # as a module: tests/tpo_agents must not shadow tpo_agents
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     trl_group_run.main(tiny_llm_dir, str(one), 2 * K)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_port", "29517"]  # fmt: skip
-    result = subprocess.run([*launcher, script, tiny_llm_dir, str(two), str(K)], env=env, capture_output=True,
-                            text=True)  # fmt: skip
+    result = subprocess.run([*launcher, *script, tiny_llm_dir, str(two), str(K)], env=env,
+                            capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     a, b = torch.load(one), torch.load(two)
     initial = AutoModelForCausalLM.from_pretrained(tiny_llm_dir).state_dict()
@@ -275,13 +275,13 @@ def test_two_processes_holding_half_a_group_each_give_the_one_process_update(tin
     differentiable all-gather) == 1 process holding the whole group, and the step moved weights."""
     from transformers import AutoModelForCausalLM
 
-    script = str(ROOT / "tests" / "trl_group_run.py")
+    script = ["-m", "tests.trl_group_run"]  # as a module: tests/tpo_agents must not shadow tpo_agents
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     trl_group_run.main(tiny_llm_dir, str(one), K)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_port", "29519"]  # fmt: skip
-    result = subprocess.run([*launcher, script, tiny_llm_dir, str(two), "1"], env=env, capture_output=True,
+    result = subprocess.run([*launcher, *script, tiny_llm_dir, str(two), "1"], env=env, capture_output=True,
                             text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     a, b = torch.load(one), torch.load(two)

@@ -14,7 +14,12 @@ import torch
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
-from tests.tpo_agents.integrations.test_trl_integration import grads, make_trainer, manual_token_log_probs, micro_batch  # noqa: E402
+from tests.tpo_agents.integrations.test_trl_integration import (  # noqa: E402
+    grads,
+    make_trainer,
+    manual_token_log_probs,
+    micro_batch,
+)
 from tests.trl_group_run import K  # noqa: E402
 from tpo_agents import losses as L  # noqa: E402
 

@@ -31,15 +31,20 @@ def make_policy(model: str, **kwargs) -> LLMPolicy:
     return LLMPolicy(spaces.Text(256), spaces.Text(256), lambda _progress: 1e-2, model=model, **kwargs)
 
 
-def rows(seed: int = 0, n_groups: int = 3, width: int = 6) -> dict[str, torch.Tensor]:
-    """Ragged completions of n_groups x K rows: log-probs under theta and pi_old, masks, scores."""
+def rows(seed: int = 0, n_groups: int = 3, width: int = 6,
+         random_scores: bool = False) -> dict[str, torch.Tensor]:
+    """Ragged completions of n_groups x K rows: log-probs under theta and pi_old, masks, scores (fixed
+    ones, or drawn from the same generator with ``random_scores``)."""
     g = torch.Generator().manual_seed(seed)
     n = n_groups * K
     lengths = torch.randint(1, width + 1, (n,), generator=g)
     mask = (torch.arange(width) < lengths[:, None]).float()
     old = -torch.rand(n, width, generator=g).mul(3.0) * mask
     new = (old + 0.3 * torch.randn(n, width, generator=g)) * mask
-    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.2, 0.9, 0.1, 0.3, 0.3, 0.3, 0.3])[:n]
+    if random_scores:
+        scores = torch.rand(n, generator=g)
+    else:
+        scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.2, 0.9, 0.1, 0.3, 0.3, 0.3, 0.3])[:n]
     return {"mask": mask, "old": old, "new": new, "scores": scores}
 
 

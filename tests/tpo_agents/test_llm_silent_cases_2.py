@@ -19,13 +19,13 @@ import torch
 
 pytest.importorskip("transformers")
 
+from tests.tpo_agents.test_llm_silent_cases import K, rows  # noqa: E402
 from tpo_agents import losses as L  # noqa: E402
 from tpo_agents.integrations import verl as tv  # noqa: E402
 from tpo_agents.policies import llm as llm_module  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-K = 4
 
 
 @pytest.fixture
@@ -45,17 +45,6 @@ def spread_by_hand(old: torch.Tensor, valid: torch.Tensor) -> float:
     spreads = [float(o[v].max() - o[v].min()) for o, v in zip(old.reshape(-1, K), valid.reshape(-1, K),
                                                                 strict=True) if v.sum() >= 2]
     return sum(spreads) / len(spreads) if spreads else 0.0
-
-
-def ragged_rows(n_groups: int = 3, width: int = 5, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    n = n_groups * K
-    lengths = torch.randint(1, width + 1, (n,), generator=g)
-    mask = (torch.arange(width) < lengths[:, None]).float()
-    old = -torch.rand(n, width, generator=g).mul(3.0) * mask
-    new = (old + 0.3 * torch.randn(n, width, generator=g)) * mask
-    scores = torch.rand(n, generator=g)
-    return {"mask": mask, "old": old, "new": new, "scores": scores}
 
 
 # ------------------------------------------------------------------------------------ TRL settings
@@ -140,7 +129,7 @@ def test_the_spread_skips_groups_without_valid_rows():
 def test_trl_spread_is_finite_with_a_group_without_valid_rows(logscore):
     from tpo_agents.integrations.trl import target_po_loss
 
-    b = ragged_rows()
+    b = rows(width=5, random_scores=True)
     b["mask"][K : 2 * K] = 0  # mask_truncated_completions zeroed every row of group 1
     loss, stats = target_po_loss(b["new"], b["old"], b["mask"], b["scores"], K, logscore=logscore)
     old_rows = L.row_logscores(b["old"], b["mask"], logscore)
@@ -168,7 +157,7 @@ def test_trainer_logs_a_finite_spread_with_an_all_truncated_group(tiny_llm_dir, 
 
 @pytest.mark.parametrize("logscore", ["mean", "sum"])
 def test_verl_spread_is_finite_with_a_group_without_response_tokens(logscore):
-    b = ragged_rows()
+    b = rows(width=5, random_scores=True)
     b["mask"][K : 2 * K] = 0
     b["old"][K : 2 * K] = 0
     b["new"][K : 2 * K] = 0

@@ -464,8 +464,10 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         class is refused with a one-line ``ValueError`` naming both (:func:`check_saved_by`).
         """
         path = model_zip_path(path)
-        check_saved_by(cls, path)
-        custom_objects = {**objects_under_old_name(saved_data(path) or {}), **(custom_objects or {})}
+        data = saved_data(path)
+        if data is not None:  # a zip that cannot be read is left to SB3's load, which says why
+            check_saved_by(cls, path, data)
+            custom_objects = {**objects_under_old_name(data), **(custom_objects or {})}
         model = super().load(
             path, env=None, device=device, custom_objects=custom_objects,
             print_system_info=print_system_info, force_reset=force_reset, **kwargs,
@@ -644,16 +646,13 @@ def saved_by(attributes: frozenset[str]) -> tuple[frozenset[str], list[type]]:
     return held, [klass for klass in classes if own_hyperparameters(klass) == held]
 
 
-def check_saved_by(algo_class: type, path: Any) -> None:
+def check_saved_by(algo_class: type, path: Any, data: dict[str, Any]) -> None:
     """Refuse, with a one-line ``ValueError`` naming both classes, a zip that ``algo_class`` did not
     save: a zip of another grouped algorithm (its own hyperparameters differ: a TPO zip holds ``eta`` and
     ``anchor``, a GRPO zip ``beta``, ``clip_range`` and ``mask_zero_variance``) or of another library's
     algorithm (no ``group_mode``); a zip that records its class (``algorithm_class``) is refused by that
     name, which also tells apart the algorithms with the same hyperparameters (DG and GroupPG, PG and CE).
-    A zip that cannot be read is left to SB3's ``load``."""
-    data = saved_data(path)
-    if data is None:
-        return
+    ``data`` is the zip's :func:`saved_data`; ``path`` names it in the message."""
     attributes, name = frozenset(data), algo_class.__name__
     if "group_mode" not in attributes:
         raise ValueError(f"cannot load {path} as {name}: it was saved by an algorithm that is not a grouped "

@@ -46,6 +46,7 @@ from tpo_agents.modes import (
     ExactView,
     GroupView,
     SampleView,
+    canonical_mode_name,
     make_mode,
 )
 from tpo_agents.policies import GroupPolicy, MlpPolicy, TabularPolicy, TransformerPolicy
@@ -99,11 +100,12 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     :param batch_size: B, contexts (prompts, images) per update.
     :param group_size: K, candidates per context (next tokens in token mode, episodes in sequence mode,
         completions in text mode; single mode with ``match="interactions"``: B*K contexts); default 8
-        where the mode uses K, else 1 (single mode matched by prompts, population mode).
+        where the mode uses K, else 1 (single mode matched by prompts, exact mode).
     :param n_epochs: optimizer steps on each batch, with targets and old log-probs frozen.
-    :param group_mode: ``token``, ``sequence``, ``single``, ``population`` or ``text`` (see
-        ``tpo_agents.modes``); default: the env's natural mode for this algorithm (:meth:`natural_mode`:
-        single on the k-armed bandit and MNIST, population on the multi-context bandit where the
+    :param group_mode: ``token``, ``sequence``, ``single``, ``exact`` or ``text`` (see
+        ``tpo_agents.modes``; ``population``, the former name of ``exact``, is accepted with a
+        ``FutureWarning``); default: the env's natural mode for this algorithm (:meth:`natural_mode`:
+        single on the k-armed bandit and MNIST, exact on the multi-context bandit where the
         algorithm has it, token on the dense-reward token tasks, sequence on terminal-reward ones,
         text on the text envs). An explicit value always wins.
     :param match: ``prompts`` or ``interactions``; interaction matching gives single-sample methods
@@ -141,7 +143,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     exact_loss: ClassVar[Callable[[Any, ExactView], tuple[th.Tensor, dict]] | None] = None
     #: The collection modes in this algorithm's order of preference: without ``group_mode`` it takes
     #: the first supported one that is natural for the env (``CollectionMode.is_natural_for``).
-    mode_preference: ClassVar[tuple[str, ...]] = ("text", "token", "sequence", "population", "single")
+    mode_preference: ClassVar[tuple[str, ...]] = ("text", "token", "sequence", "exact", "single")
     #: The mode of an algorithm built with neither ``group_mode`` nor an env (SB3's ``load`` builds one
     #: so, then restores the saved ``group_mode``); with an env, :meth:`natural_mode` decides.
     default_mode: ClassVar[str] = "token"
@@ -205,6 +207,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         merged_kwargs = {**merged_kwargs, **(env_kwargs or {})}
         #: The probe env the natural mode was read from, reused by ``_setup_model`` (then None).
         self._probe: gym.Env | None = None
+        group_mode = canonical_mode_name(group_mode, warn=True)  # a former name (population): exact
         if group_mode is None and env is not None:
             group_mode, self._probe = self._choose_mode(env_id, merged_kwargs, env)
         self.group_mode = group_mode if group_mode is not None else self.default_mode
@@ -288,10 +291,10 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         collect from the env's class, the first whose ``is_natural_for`` holds for the env's
         :class:`~tpo_agents.modes.EnvTraits` (episode length, dense or terminal ``reward``, enumerable
         contexts); else the first that ``can_collect`` from it. So TPO and GRPO take ``single`` on
-        the k-armed bandit and MNIST, ``population`` on the multi-context bandit, ``token`` on the
+        the k-armed bandit and MNIST, ``exact`` on the multi-context bandit, ``token`` on the
         dense-reward token tasks, ``sequence`` on terminal-reward ones and ``text`` on the text envs;
-        DG and PG ``single`` (``population`` on the multi-context bandit), PPO ``single``, Group PG
-        as TPO but ``single`` on the multi-context bandit, CE ``population``.
+        DG and PG ``single`` (``exact`` on the multi-context bandit), PPO ``single``, Group PG
+        as TPO but ``single`` on the multi-context bandit, CE ``exact``.
 
         :param env: a registered id or an env made from one (its id and kwargs are read)
         :param env_kwargs: the env's keyword arguments (over those of ``env``), e.g. ``reward``
@@ -461,13 +464,22 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
         ``path`` may omit ``.zip`` even where a folder of the same name exists (a run folder holds
         ``<Env>.zip`` next to ``<Env>/``): see :func:`model_zip_path`. A zip saved by another algorithm
-        class is refused with a one-line ``ValueError`` naming both (:func:`check_saved_by`).
+        class is refused with a one-line ``ValueError`` naming both (:func:`check_saved_by`). A zip saved
+        with a mode's former name (``group_mode="population"``) loads silently as the current one
+        (``exact``, :func:`mode_under_current_name`); ``group_mode=`` a former name passed here is taken
+        with a ``FutureWarning``, as by the constructor.
         """
         path = model_zip_path(path)
         data = saved_data(path)
         if data is not None:  # a zip that cannot be read is left to SB3's load, which says why
             check_saved_by(cls, path, data)
-            custom_objects = {**objects_under_old_name(data), **(custom_objects or {})}
+            custom_objects = {**objects_under_old_name(data), **mode_under_current_name(data),
+                              **(custom_objects or {})}
+        if custom_objects and "group_mode" in custom_objects:
+            mode = canonical_mode_name(custom_objects["group_mode"])
+            custom_objects = {**custom_objects, "group_mode": mode}
+        if "group_mode" in kwargs:
+            kwargs["group_mode"] = canonical_mode_name(kwargs["group_mode"], warn=True)
         model = super().load(
             path, env=None, device=device, custom_objects=custom_objects,
             print_system_info=print_system_info, force_reset=force_reset, **kwargs,
@@ -627,6 +639,15 @@ def objects_under_old_name(data: dict[str, Any]) -> dict[str, Any]:
         if re.search(rb"(?<![\w.])" + OLD_IMPORT_NAME.encode() + rb"\.", raw):
             objects[key] = _RenamedModuleUnpickler(io.BytesIO(raw)).load()
     return objects
+
+
+def mode_under_current_name(data: dict[str, Any]) -> dict[str, Any]:
+    """``{"group_mode": <current name>}`` where a zip's ``data`` holds a mode's former name (a zip saved
+    with ``group_mode="population"``, now ``exact``: :data:`tpo_agents.modes.OLD_MODE_NAMES`), else
+    ``{}``: ``load``'s ``custom_objects``, so that such zips load as they did, without a warning."""
+    saved = data.get("group_mode")
+    current = canonical_mode_name(saved)
+    return {"group_mode": current} if current != saved else {}
 
 
 def saved_attributes(path: Any) -> frozenset[str] | None:

@@ -29,7 +29,7 @@ def steps_per_update(model: Any) -> int | None:
 def steps_per_callback_step(model: Any) -> int:
     """Env steps (``num_timesteps``) between two calls of a callback's ``on_step``: one step of every env
     the model steps at once. A grouped algorithm steps its batched env (token mode: B prompts; sequence
-    mode: B x K episodes; population mode: every context), an SB3 algorithm its ``n_envs`` envs."""
+    mode: B x K episodes; exact mode: every context), an SB3 algorithm its ``n_envs`` envs."""
     mode = getattr(model, "mode", None)
     return int(mode.n_envs) if mode is not None and hasattr(model, "vector_env") else int(model.n_envs)
 

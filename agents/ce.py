@@ -4,7 +4,7 @@ The env scores every action at each context; the correct action y = argmax_a r(a
 
     loss = - mean_n log pi_theta(y_n | x_n).
 
-It runs in population mode only: all contexts of a tabular env, or ``batch_size`` drawn contexts
+It runs in exact mode only: all contexts of a tabular env, or ``batch_size`` drawn contexts
 (MNIST images) per update.
 """
 
@@ -22,7 +22,7 @@ from tpo_agents.modes import ExactView
 class CE(GroupAlgorithm):
     """Cross-entropy on the env's correct actions, with the SB3 API (an oracle, not an RL method)."""
 
-    default_mode = "population"
+    default_mode = "exact"
 
     def __init__(self, policy: Any, env: Any, n_epochs: int = 1, **kwargs: Any) -> None:
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)

@@ -5,7 +5,7 @@ With advantage A (reward minus baseline) and surprisal l = -log pi(a) of the sam
     w = sigmoid(A l / eta),     loss = - mean_b sum_t sg(w A) log pi_theta(a_t).
 
 One optimizer step per batch by default (``n_epochs`` exposes a multi-epoch variant). The exact
-update of the multi-context bandit (population mode) is sum_a pi_old(a) sg(w_a r_a) log pi(a), with
+update of the multi-context bandit (exact mode) is sum_a pi_old(a) sg(w_a r_a) log pi(a), with
 baseline 0 and l = -log(pi(a) + 1e-30).
 """
 

@@ -1,12 +1,12 @@
 """The fused collection of the small policies, beside the generic mode path of the learn loop.
 
-The generic path (``GroupAlgorithm.collect``) asks the env for every batch: in population mode it resets
+The generic path (``GroupAlgorithm.collect``) asks the env for every batch: in exact mode it resets
 every sub-env to its context, scores every action through the env (numpy), gathers the policy's
-log-probabilities row by row and wraps them in a batch. For a logit table in population mode all of
+log-probabilities row by row and wraps them in a batch. For a logit table in exact mode all of
 that is the same at every update but the log-probabilities: the contexts are every context of the
 table, and the exact rewards ``r[c, a]`` of a tabular env are fixed (its correct arms are). So a
-:class:`TablePopulationCollector` scores the env once, at the first update, through the generic
-``collect_population``, and afterwards builds each batch from the table alone:
+:class:`TableExactCollector` scores the env once, at the first update, through the generic
+``collect_exact``, and afterwards builds each batch from the table alone:
 ``L_old = log_softmax(z)`` for every member and context, the cached rewards and observations.
 
 In single mode on a one-context table (the k-armed bandit, paper Sec. 3.1) the generic path steps B
@@ -17,7 +17,7 @@ from the arms' rewards, scored by the env once, and hands the single mode a ``Ta
 each member's one row ``[S, A]`` (computed once with gradient, for the first epoch too) instead of the
 generic batch's ``[S*B, A]`` copies of it, which the mode's views gather from.
 
-On images (the MLP on MNIST, single and population modes) the generic path resets the env, which
+On images (the MLP on MNIST, single and exact modes) the generic path resets the env, which
 copies the drawn images out of the data set, and steps it (the one-step episodes autoreset, which copies
 a second, unused set), then forwards the batch twice (collection, then the first epoch).
 :class:`ImageCollector` draws the contexts from the env's own member streams as those resets do
@@ -46,12 +46,12 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 
-from tpo_agents.modes.population import PopulationMode
+from tpo_agents.modes.exact import ExactMode
 from tpo_agents.modes.single import SingleMode
 from tpo_agents.policies.base import multinomial_rows
 from tpo_agents.policies.mlp import MlpSoftmaxPolicy
 from tpo_agents.policies.tabular import TabularSoftmaxPolicy
-from tpo_agents.rollout import Episodes, Population, TableSamples, collect_population
+from tpo_agents.rollout import Episodes, ExactBatch, TableSamples, collect_exact
 from tpo_gym.envs.mnist import MNISTBanditVectorEnv
 
 Collector = Callable[[BaseCallback], Any]
@@ -65,43 +65,43 @@ def fused_collector(model: Any) -> Collector | None:
         return None
     images = isinstance(model.vector_env.unwrapped, MNISTBanditVectorEnv)
     if isinstance(model.policy, MlpSoftmaxPolicy) and images:
-        return ImageCollector(model) if isinstance(model.mode, SingleMode | PopulationMode) else None
+        return ImageCollector(model) if isinstance(model.mode, SingleMode | ExactMode) else None
     if not (isinstance(model.policy, TabularSoftmaxPolicy) and isinstance(model.observation_space,
                                                                          spaces.Discrete)):
         return None
-    if isinstance(model.mode, PopulationMode):
-        return TablePopulationCollector(model)
+    if isinstance(model.mode, ExactMode):
+        return TableExactCollector(model)
     if isinstance(model.mode, SingleMode) and model.observation_space.n == 1:
         return TableSingleCollector(model)
     return None
 
 
-class TablePopulationCollector:
-    """Population-mode batches of a logit table: every context of every member, exact rewards scored by
-    the env once (the first batch, :func:`tpo_agents.rollout.collect_population`), then
+class TableExactCollector:
+    """Exact-mode batches of a logit table: every context of every member, exact rewards scored by
+    the env once (the first batch, :func:`tpo_agents.rollout.collect_exact`), then
     ``L_old[m, c] = log_softmax(z[m, c])`` from the table, computed once with gradient for the first
     epoch; the batch equals the generic path's."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self._scored: Population | None = None
+        self._scored: ExactBatch | None = None
 
-    def __call__(self, callback: BaseCallback) -> Population | None:
+    def __call__(self, callback: BaseCallback) -> ExactBatch | None:
         model = self.model
         policy = model.policy
         policy.set_training_mode(False)
         callback.on_rollout_start()
         log_probs = None
         if self._scored is None:
-            self._scored = collect_population(model.vector_env, policy, exhaustive=True,
-                                              n_members=model.n_seeds)
+            self._scored = collect_exact(model.vector_env, policy, exhaustive=True,
+                                         n_members=model.n_seeds)
             old_log_probs = self._scored.old_log_probs
         else:  # with gradient: the first epoch's log-probabilities (every row once, in the batch's order)
             log_probs = policy.all_log_probs().reshape(-1, policy.n_actions)
             old_log_probs = log_probs.detach()
         if not model.count_interactions(callback, model.vector_env.num_envs):
             return None
-        batch = Population(self._scored.obs, self._scored.rewards, old_log_probs, first_log_probs=log_probs)
+        batch = ExactBatch(self._scored.obs, self._scored.rewards, old_log_probs, first_log_probs=log_probs)
         model.record_batch(batch)
         callback.on_rollout_end()
         return batch
@@ -180,7 +180,7 @@ def pixel_bytes(images: th.Tensor) -> th.Tensor | None:
 
 class ImageCollector:
     """Batches of the MLP on MNIST in single mode (B images per member, one sampled guess each) or
-    population mode (B images, every guess scored): the images of the env's own context draws,
+    exact mode (B images, every guess scored): the images of the env's own context draws,
     gathered from the data set, forwarded once; the batch equals the generic path's."""
 
     def __init__(self, model: Any) -> None:
@@ -216,7 +216,7 @@ class ImageCollector:
             env.unwrapped.draw_contexts()
         return th.as_tensor(contexts, device=self.model.device)
 
-    def __call__(self, callback: BaseCallback) -> Episodes | Population | None:
+    def __call__(self, callback: BaseCallback) -> Episodes | ExactBatch | None:
         model = self.model
         policy = model.policy
         policy.set_training_mode(False)
@@ -232,14 +232,14 @@ class ImageCollector:
         if not model.count_interactions(callback, n):
             return None
         if self.single:
-            batch: Episodes | Population = Episodes(
+            batch: Episodes | ExactBatch = Episodes(
                 obs=images.unsqueeze(1), actions=actions, old_log_probs=old_log_probs.unsqueeze(1),
                 token_rewards=rewards, returns=rewards[:, 0].clone(), contexts=contexts, n_contexts=n,
                 group_size=1, first_log_probs=log_probs.unsqueeze(1),
             )  # fmt: skip
         else:
             scores = (th.arange(log_probs.shape[-1], device=model.device) == labels.unsqueeze(1)).float()
-            batch = Population(images, scores, old_log_probs, first_log_probs=log_probs)
+            batch = ExactBatch(images, scores, old_log_probs, first_log_probs=log_probs)
         model.record_batch(batch)
         callback.on_rollout_end()
         return batch

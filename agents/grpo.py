@@ -8,7 +8,7 @@ Groups (token, sequence mode): A = (s - mean_K s) / (popstd_K s + 1e-8), lambda 
 ``mask_zero_variance=True`` is GRPO-masked: groups with equal scores contribute nothing.
 Samples (single mode: MNIST, tabular): the same surrogate per sample, with rewards standardised
 across the batch (the paper's single-sample "GRPO", a REINFORCE with batch-normalised rewards).
-Exact (population mode, the multi-context bandit): the expectation of that update under pi,
+Exact (exact mode, the multi-context bandit): the expectation of that update under pi,
 A_a = (r_a - p) / sqrt(p (1 - p) + 1e-8), p = E_pi[r], so the step is sqrt(p / (1 - p)) (e_y - pi).
 """
 

@@ -12,7 +12,7 @@ Shapes
 * Single-sample losses take per-token log-probs ``logp`` shaped ``[B, T]`` (``[B]`` for bandits) and
   reduce as "sum over every axis after the first, mean over the batch axis". Advantages (and
   weights) have ``logp``'s shape, or ``[B]``: one value per sequence, the same as ``[B, 1]``.
-* Exact (population) updates weight every action of the action set by ``pi_old(a)``: the
+* Exact updates (``exact`` mode) weight every action of the action set by ``pi_old(a)``: the
   single-sample losses take those probabilities as ``weights``.
 
 Notation follows the paper (arXiv 2604.06159, Sec. 2): ``sg`` = stop-gradient (``detach``),

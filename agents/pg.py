@@ -1,7 +1,7 @@
 """Policy-gradient baselines: REINFORCE with a baseline (``PG``) and Group PG (``GroupPG``).
 
 PG:        loss = - mean_b sum_t sg(r - b) log pi_theta(a_t)       (paper Sec. 3.1-3.3)
-           exact (population mode): sum_a pi_old(a) r_a log pi(a), i.e. the step p (e_y - pi).
+           exact (exact mode): sum_a pi_old(a) r_a log pi(a), i.e. the step p (e_y - pi).
 Group PG:  TPO's same-signal ablation, scalar weights a = sg(u(s) / eta) on each candidate's
            log-score, loss = - mean_groups sum_i a_i L_theta,i (paper Sec. 3.7); with one sample
            (MNIST) the weight of the sampled action is u at that action of s = A onehot(a) (+-3).
@@ -40,7 +40,7 @@ class GroupPG(GroupAlgorithm):
     :param eta: temperature dividing the standardised scores.
     """
 
-    mode_preference = ("text", "token", "sequence", "single", "population")
+    mode_preference = ("text", "token", "sequence", "single", "exact")
 
     def __init__(self, policy: Any, env: Any, eta: float = 1.0, **kwargs: Any) -> None:
         self.eta = eta

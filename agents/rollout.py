@@ -6,7 +6,7 @@ in, tensors out.
   is the behaviour action), let the env score them without stepping, then step with the first.
 * ``collect_episodes``      (sequence and single modes): K full episodes per context; the env resets
   blocks of K sub-envs to one shared context (K = 1 is the single-sample case).
-* ``collect_population``    (population mode): every action of every context, scored exactly, for
+* ``collect_exact``         (exact mode): every action of every context, scored exactly, for
   the tabular multi-context experiment's exact (expected) update.
 
 Everything is batched: one policy forward per time step for all contexts x K, numpy env steps,
@@ -72,7 +72,7 @@ class TokenGroups:
 
 
 @dataclass
-class Population:
+class ExactBatch:
     """Every action of every context: ``rewards[n, a]`` and ``log pi_old(a | n)``."""
 
     obs: th.Tensor  # [N, *obs_shape]
@@ -335,9 +335,9 @@ def collect_token_groups(
 
 
 @th.no_grad()
-def collect_population(
+def collect_exact(
     env: VectorEnv, policy: ActionPolicy, exhaustive: bool, n_members: int = 1
-) -> Population:
+) -> ExactBatch:
     """Score every action at each sub-env's context exactly (no sampling of actions, no stepping).
 
     ``exhaustive``: each member's contexts are ``0..num_envs/n_members - 1`` (a tabular env);
@@ -353,7 +353,7 @@ def collect_population(
     # the rewards in the log-probs' memory layout (an action-major table's), so that the losses'
     # elementwise ops and reductions over the actions run in one layout
     rewards = th.empty_like(old_log_probs).copy_(_as_tensor(env.score_candidates(all_actions), device))
-    return Population(obs=obs_t, rewards=rewards, old_log_probs=old_log_probs)
+    return ExactBatch(obs=obs_t, rewards=rewards, old_log_probs=old_log_probs)
 
 
 def distinct_sequences(episodes: Episodes | TokenGroups, n_members: int = 1) -> tuple[th.Tensor, th.Tensor]:

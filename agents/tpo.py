@@ -7,7 +7,7 @@ For each group of K candidates with log-scores L and raw scores s:
 
 Groups are next-token candidates (token mode), whole episodes (sequence mode), the action set of a
 context scored from one sampled action (single mode: MNIST, tabular), or the exact action set
-(population mode: the multi-context bandit); see ``tpo_agents.modes``.
+(exact mode: the multi-context bandit); see ``tpo_agents.modes``.
 """
 
 from __future__ import annotations

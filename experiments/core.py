@@ -32,6 +32,13 @@ SMOKE_RESULTS = "results/smoke"
 """The smoke runs' folder (``--smoke``; not committed)."""
 
 
+FINGERPRINT_NAMES: dict[str, dict[str, str]] = {"group_mode": {"exact": "population"}}
+"""kwarg -> {current value: the value under which the committed seed files were written}. Fingerprints
+are computed under the names of the committed files, so that a rename keeps them: the ``exact`` mode
+was ``population`` when ``results/`` recorded its runs (``tpo_agents.modes.OLD_MODE_NAMES``), so a spec
+of ``group_mode="exact"`` hashes as one of ``"population"`` and its finished seeds stay finished."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One (variant, algorithm) cell of an experiment; ``seed`` is added per run."""
@@ -46,8 +53,12 @@ class RunSpec:
     recorder_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
-        """A short hash of everything that defines the run (stored with each seed)."""
-        text = json.dumps(asdict(self), sort_keys=True, default=str)
+        """A short hash of everything that defines the run (stored with each seed), with the kwargs'
+        values under the names the committed files were written with (:data:`FINGERPRINT_NAMES`)."""
+        fields = asdict(self)
+        fields["kwargs"] = {key: FINGERPRINT_NAMES.get(key, {}).get(value, value) if isinstance(value, str)
+                            else value for key, value in fields["kwargs"].items()}
+        text = json.dumps(fields, sort_keys=True, default=str)
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
     def with_updates(self, n_updates: int) -> RunSpec:

@@ -4,7 +4,7 @@
 Each run trains a small copy of a paper setting and records, per update, the task error before it
 (``rollout/task_error``), the loss and the first epoch's gradient norm. The numbers in
 ``tests/data/pinned_updates.json`` (the first :data:`N_PINNED` updates of each run) pin today's behaviour:
-a refactor must reproduce them for the same seeds, within :func:`tolerance`. The population-mode runs
+a refactor must reproduce them for the same seeds, within :func:`tolerance`. The exact-mode runs
 (no sampling) are still those of the code before the core was reshaped into mode objects; the sampled
 runs were re-pinned when sampling became inverse-CDF (one uniform per draw,
 ``tpo_agents.policies.base.multinomial_rows``), which changes every sampled action for a given seed but not
@@ -71,15 +71,15 @@ RUNS: dict[str, tuple[str, str, dict, str, dict]] = {
     "mnist/dg": ("dg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
     "mnist/pg": ("pg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
     "mnist/group_pg": ("group_pg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
-    "mnist/ce": ("ce", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "group_mode": "population"}),
+    "mnist/ce": ("ce", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "group_mode": "exact"}),
     "bandit/tpo": ("tpo", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**ONE_CONTEXT, "baseline": 0.5}),
     "bandit/grpo": ("grpo", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", ONE_CONTEXT),
     "bandit/dg": ("dg", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**ONE_CONTEXT, "baseline": 0.5}),
     "bandit/pg": ("pg", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**ONE_CONTEXT, "baseline": 0.5}),
     **{
-        f"population/{algo}": (
+        f"exact/{algo}": (
             algo, "TPO/MultiContextBandit-v0", {"n_contexts": 20, "n_arms": 5}, "TabularPolicy",
-            {**BANDIT, "group_mode": "population", "policy_kwargs": {"init": "normal"}},
+            {**BANDIT, "group_mode": "exact", "policy_kwargs": {"init": "normal"}},
         )
         for algo in ("tpo", "grpo", "dg", "pg", "ce")
     },

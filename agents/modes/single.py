@@ -111,7 +111,7 @@ class SingleMode(EpisodeMode):
         counts = set((1 + (ordered[:, 1:] != ordered[:, :-1]).sum(1)).tolist())
         if len(counts) > 1:
             raise ValueError(f"the members' batches cover different numbers of contexts ({sorted(counts)}): "
-                             "train seeds of a multi-context table in population mode, or one at a time")
+                             "train seeds of a multi-context table in exact mode, or one at a time")
         return keyed.flatten()
 
     def group_view(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> GroupView:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
+from tpo_agents.modes import canonical_mode_name
 from tpo_agents.zoo import callbacks as cb
 from tpo_agents.zoo import hyperparams as hp
 from tpo_agents.zoo import registry
@@ -388,7 +389,8 @@ class Objective:
                 natural = setup.algo_cls.natural_mode(setup.env_id, setup.env_kwargs)
             except ValueError as err:  # env kwargs the env does not take: one line, as a training run's
                 raise hp.ConfigError(f"{setup.algo}: {hp.one_line(err)}") from err
-            group_mode = values.get("group_mode") or natural
+            # a former mode name (``population``) as the current one (``exact``): the constructor warns
+            group_mode = canonical_mode_name(values.get("group_mode")) or natural
         self.context = SamplerContext(
             algo=setup.algo,
             base=dict(values),

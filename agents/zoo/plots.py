@@ -84,7 +84,7 @@ def group_runs(runs: list[Run]) -> list[Group]:
 def load_curves(groups: list[Group], args: argparse.Namespace) -> list[Group]:
     """The groups with their smoothed curves (one per seed) for the chosen axes.
 
-    A run without these data (CartPole has no task error; population mode no monitor rows) is left
+    A run without these data (CartPole has no task error; exact mode no monitor rows) is left
     out with a printed note; if no run is left, the first reason is the error.
     """
     kept, left_out = [], []

@@ -9,7 +9,7 @@ rl_zoo3's folders they come from ``trained_agent`` and the step count its zip ho
 - ``monitor``: the training episodes, one row each, in ``*monitor.csv`` (SB3's ``Monitor`` /
   ``VecMonitor``, or the grouped algorithms' own writer, whose rows carry ``is_success`` and, on the
   token tasks, ``token_error``). The grouped algorithms write one batch of rows per update, all with
-  the same ``t``, which is how ``updates`` are counted. Population mode writes no rows. A resumed run's
+  the same ``t``, which is how ``updates`` are counted. Exact mode writes no rows. A resumed run's
   monitor file counts from 0: its rows are placed after the step it resumed at.
 - ``eval``: the evaluations in ``evaluations.npz`` (``results``, ``task_errors``, ``successes``), at the
   model's step count: this zoo keeps it on ``-i``, rl_zoo3 restarts it at 0 (placed after the resume).
@@ -247,7 +247,7 @@ def read_monitor(path: str) -> Any:
 
     files = sorted(glob.glob(os.path.join(path, "*monitor.csv")))
     if not files:
-        raise ResultsError(f"{path}: no monitor.csv (population mode writes no training episodes: "
+        raise ResultsError(f"{path}: no monitor.csv (exact mode writes no training episodes: "
                            f"use --source eval)")  # fmt: skip
     frames, starts = [], []
     for name in files:

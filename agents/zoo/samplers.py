@@ -99,12 +99,12 @@ def _learning_rate(draw: Draw) -> None:
 
 
 def _group_sizes(draw: Draw, batch: bool = True) -> None:
-    """``group_size`` where the mode uses K; ``batch_size`` around the entry's B (not in population mode)."""
+    """``group_size`` where the mode uses K; ``batch_size`` around the entry's B (not in exact mode)."""
     context = draw.context
     mode = context.group_mode
     if mode in GROUPED_MODES or (mode == "single" and context.base.get("match") == "interactions"):
         draw.integer("group_size", 2, 32, log=True)
-    if batch and mode != "population":
+    if batch and mode != "exact":
         size = int(draw.base_number("batch_size", 100))
         draw.integer("batch_size", max(2, size // 4), max(4, size * 4), log=True)
 

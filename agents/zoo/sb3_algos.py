@@ -47,7 +47,7 @@ def sb3_algos() -> list[str]:
 
 def grouped_algos(env_id: str | None = None) -> list[str]:
     """The registered grouped (paper) algorithms, in registry order; with ``env_id``, those that have a
-    collection mode for that env (``ce``, population mode only, has none for the text envs)."""
+    collection mode for that env (``ce``, exact mode only, has none for the text envs)."""
     names = [name for name in registry.ALGOS if name not in registry.EXTERNAL_ALGOS]
     if env_id is None:
         return names

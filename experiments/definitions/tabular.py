@@ -7,7 +7,7 @@ alpha = 0.1, one step per update. Every setting is the zoo's (``zoo_configs/<alg
   arms per step, constant baseline 0.5 for PG, DG and TPO (the reference code's; the paper does not say),
   batch-standardised rewards for GRPO; 150 steps, 100 seeds.
 * ``tabular_multi`` (Fig. 4): ``TPO/MultiContextBandit-v0`` (100 contexts x 10 arms), N(0, 1) logits,
-  exact (population) updates, with the CE oracle; 1,000 steps, 100 seeds.
+  exact updates (``group_mode="exact"``), with the CE oracle; 1,000 steps, 100 seeds.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from stable_baselines3.common.logger import KVWriter, Logger, configure
 
 import tpo_gym  # noqa: F401
 from tpo_agents import DG, GRPO, PG, PPO, TPO, GroupPG, losses
-from tpo_agents.rollout import Population
+from tpo_agents.rollout import ExactBatch
 
 th.set_num_threads(1)
 
@@ -156,13 +156,13 @@ def test_interaction_matching_scales_batch_and_learning_rate():
 # ------------------------------------------------------------------------ exact updates
 
 
-def population_direction(algo_cls, p: float, **kwargs) -> float:
+def exact_direction(algo_cls, p: float, **kwargs) -> float:
     """The exact update direction g = -grad of one context with pi_0 = p, projected on v = e_0 - pi.
 
     The App. B closed forms say g = beta * v for every method (CE: beta = 1).
     """
     env = gym.make("TPO/MultiContextBandit-v0", n_contexts=1, n_arms=10)
-    model = algo_cls("TabularPolicy", env, group_mode="population", learning_rate=0.1, **kwargs)
+    model = algo_cls("TabularPolicy", env, group_mode="exact", learning_rate=0.1, **kwargs)
     rest = (1 - p) / 9
     logits = th.log(th.tensor([p] + [rest] * 9))
     with th.no_grad():
@@ -170,7 +170,7 @@ def population_direction(algo_cls, p: float, **kwargs) -> float:
     rewards = th.zeros(1, 10)
     rewards[0, 0] = 1.0
     old = model.policy.action_log_probs(th.zeros(1, dtype=th.long)).detach()
-    batch = Population(obs=th.zeros(1, dtype=th.long), rewards=rewards, old_log_probs=old)
+    batch = ExactBatch(obs=th.zeros(1, dtype=th.long), rewards=rewards, old_log_probs=old)
     view = model.mode.view(model._view, batch, model.mode.log_probs(model.policy, batch))
     loss, _ = getattr(model, f"{model._view}_loss")(view)
     (grad,) = th.autograd.grad(loss, [next(model.policy.parameters())])
@@ -182,16 +182,16 @@ def population_direction(algo_cls, p: float, **kwargs) -> float:
     return beta
 
 
-def test_population_updates_reproduce_the_closed_form_betas():
+def test_exact_updates_reproduce_the_closed_form_betas():
     p = 0.1
     lam = math.exp(10 / 3)
-    assert population_direction(TPO, p) == pytest.approx(p * (lam - 1) / (1 - p + lam * p), rel=1e-4)
-    assert population_direction(PG, p) == pytest.approx(p, rel=1e-4)
-    assert population_direction(DG, p) == pytest.approx(p / (1 + p), rel=1e-4)
-    assert population_direction(GRPO, p) == pytest.approx(math.sqrt(p / (1 - p)), rel=1e-4)
-    assert round(population_direction(TPO, p), 2) == 0.73
-    assert round(population_direction(GRPO, p), 2) == 0.33
-    assert round(population_direction(DG, p), 2) == 0.09
+    assert exact_direction(TPO, p) == pytest.approx(p * (lam - 1) / (1 - p + lam * p), rel=1e-4)
+    assert exact_direction(PG, p) == pytest.approx(p, rel=1e-4)
+    assert exact_direction(DG, p) == pytest.approx(p / (1 + p), rel=1e-4)
+    assert exact_direction(GRPO, p) == pytest.approx(math.sqrt(p / (1 - p)), rel=1e-4)
+    assert round(exact_direction(TPO, p), 2) == 0.73
+    assert round(exact_direction(GRPO, p), 2) == 0.33
+    assert round(exact_direction(DG, p), 2) == 0.09
 
 
 # ------------------------------------------------------------------------------- learning

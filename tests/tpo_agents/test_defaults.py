@@ -35,13 +35,13 @@ SMALL_TRANSFORMER = {"d_model": 16, "n_layers": 1}
 #: algorithm -> natural mode on (k-armed bandit, multi-context bandit, MNIST, dense token task,
 #: terminal-reward token task, text env); None: the algorithm has no mode for that env.
 NATURAL = {
-    TPO: ("single", "population", "single", "token", "sequence", "text"),
-    GRPO: ("single", "population", "single", "token", "sequence", "text"),
-    DG: ("single", "population", "single", "single", "single", "text"),
-    PG: ("single", "population", "single", "single", "single", "text"),
+    TPO: ("single", "exact", "single", "token", "sequence", "text"),
+    GRPO: ("single", "exact", "single", "token", "sequence", "text"),
+    DG: ("single", "exact", "single", "single", "single", "text"),
+    PG: ("single", "exact", "single", "single", "single", "text"),
     PPO: ("single", "single", "single", "single", "single", "text"),
     GroupPG: ("single", "single", "single", "token", "sequence", "text"),
-    CE: ("population", "population", "population", None, None, None),
+    CE: ("exact", "exact", "exact", None, None, None),
 }
 
 
@@ -93,8 +93,8 @@ def test_the_zoo_configs_set_the_natural_mode_of_each_env() -> None:
 def test_an_explicit_group_mode_always_wins() -> None:
     model = TPO("TabularPolicy", MULTI, group_mode="single", batch_size=4, device="cpu")
     assert model.group_mode == "single" and model.n_envs == 4
-    model = TPO("MlpPolicy", MNIST, group_mode="population", batch_size=4, device="cpu")
-    assert model.group_mode == "population" and model.group_size == 1
+    model = TPO("MlpPolicy", MNIST, group_mode="exact", batch_size=4, device="cpu")
+    assert model.group_mode == "exact" and model.group_size == 1
     model = TPO("TabularPolicy", KARMED, group_mode="token", batch_size=4, device="cpu")
     assert model.group_mode == "token" and model.group_size == 8
     model = GRPO("TransformerPolicy", TOKEN_IDS[0], env_kwargs=TOKENS, group_mode="sequence", group_size=3,
@@ -124,16 +124,16 @@ def test_the_mode_predicates_read_the_env_traits() -> None:
     assert (traits[KARMED].horizon, traits[KARMED].n_contexts, traits[MULTI].n_contexts) == (1, 1, 100)
     assert traits[MNIST].n_contexts is None and traits[MNIST].dense_reward
     assert traits["terminal"].horizon == 3 and not traits["terminal"].dense_reward
-    token, sequence, population = MODES["token"], MODES["sequence"], MODES["population"]
+    token, sequence, exact = MODES["token"], MODES["sequence"], MODES["exact"]
     assert not token.can_collect(traits["terminal"]) and sequence.is_natural_for(traits["terminal"])
-    assert population.is_natural_for(traits[MULTI]) and not population.is_natural_for(traits[KARMED])
-    assert population.can_collect(traits[MNIST]) and not population.can_collect(traits["terminal"])
+    assert exact.is_natural_for(traits[MULTI]) and not exact.is_natural_for(traits[KARMED])
+    assert exact.can_collect(traits[MNIST]) and not exact.can_collect(traits["terminal"])
     lazy = EnvTraits(lambda: pytest.fail("a text env's mode needs no probe"))
     assert MODES["text"].is_natural_for(lazy) and lazy.env is None
 
 
 def test_no_mode_for_the_env_is_one_line() -> None:
-    message = r"^CE has no collection mode for 'TPO/TokenCopy-v0' with .*: population mode needs one-step"
+    message = r"^CE has no collection mode for 'TPO/TokenCopy-v0' with .*: exact mode needs one-step"
     with pytest.raises(ValueError, match=message):
         CE("TransformerPolicy", "TPO/TokenCopy-v0", env_kwargs=TERMINAL)
     with pytest.raises(ValueError, match="'CartPole-v1' is not one: train other envs with an SB3 algorithm"):

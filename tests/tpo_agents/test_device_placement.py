@@ -18,8 +18,8 @@ th.set_num_threads(1)
 TINY_TRANSFORMER = {"n_layers": 1, "d_model": 8, "n_heads": 1}
 BANDIT = {"n_contexts": 4, "n_arms": 3}
 RUNS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
-    **{f"{algo} table population": (algo, "TabularPolicy", "TPO/MultiContextBandit-v0",
-                                    {"env_kwargs": BANDIT, "group_mode": "population"})
+    **{f"{algo} table exact": (algo, "TabularPolicy", "TPO/MultiContextBandit-v0",
+                                    {"env_kwargs": BANDIT, "group_mode": "exact"})
        for algo in ("tpo", "grpo", "dg", "pg", "ce")},
     **{f"{algo} table single": (algo, "TabularPolicy", "TPO/KArmedBandit-v0",
                                 {"env_kwargs": {"n_arms": 5}, "group_mode": "single", "batch_size": 4})
@@ -30,8 +30,8 @@ RUNS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
                                 {"group_mode": "single", "batch_size": 4, "baseline": "expected"})
        for algo in ("tpo", "dg", "pg")},
     "ppo mnist single": ("ppo", "MlpPolicy", "TPO/MNISTBandit-v0", {"group_mode": "single", "batch_size": 4}),
-    "ce mnist population": ("ce", "MlpPolicy", "TPO/MNISTBandit-v0",
-                            {"group_mode": "population", "batch_size": 4}),
+    "ce mnist exact": ("ce", "MlpPolicy", "TPO/MNISTBandit-v0",
+                            {"group_mode": "exact", "batch_size": 4}),
     **{f"{algo} tokens": (algo, "TransformerPolicy", "TPO/TokenReversal-v0",
                           {"batch_size": 2, "group_size": 2, "policy_kwargs": TINY_TRANSFORMER})
        for algo in ("tpo", "grpo", "dg", "ppo")},

@@ -14,7 +14,7 @@ from stable_baselines3.common.logger import KVWriter, Logger
 import tpo_agents.fused_collection as engine_module
 import tpo_gym  # noqa: F401
 from tpo_agents.fused_collection import (
-    TablePopulationCollector,
+    TableExactCollector,
     fused_collector,
     pixel_bytes,
 )
@@ -23,7 +23,7 @@ from tpo_agents.zoo.registry import make_agent
 
 th.set_num_threads(1)
 
-POPULATION_ALGOS = ("tpo", "grpo", "dg", "pg", "ce", "tpo_no_anchor", "grpo_masked")
+EXACT_ALGOS = ("tpo", "grpo", "dg", "pg", "ce", "tpo_no_anchor", "grpo_masked")
 BANDIT = {"n_contexts": 6, "n_arms": 4}
 
 
@@ -38,20 +38,20 @@ class Rows(KVWriter):
                           if isinstance(v, int | float) and not k.startswith("time/")})  # not wall times
 
 
-def population_model(algo: str, n_seeds: int, engine: bool, **kwargs: Any) -> Any:
+def exact_model(algo: str, n_seeds: int, engine: bool, **kwargs: Any) -> Any:
     model = make_agent(algo, "TabularPolicy", "TPO/MultiContextBandit-v0", env_kwargs=BANDIT,
-                       group_mode="population", learning_rate=0.1, n_epochs=1, seed=3, n_seeds=n_seeds,
+                       group_mode="exact", learning_rate=0.1, n_epochs=1, seed=3, n_seeds=n_seeds,
                        policy_kwargs={"init": "normal"}, **kwargs)  # fmt: skip
     model.use_engine = engine
     return model
 
 
 @pytest.mark.parametrize("n_seeds", [1, 3])
-@pytest.mark.parametrize("algo", POPULATION_ALGOS)
-def test_fused_population_updates_equal_the_generic_path(algo: str, n_seeds: int) -> None:
+@pytest.mark.parametrize("algo", EXACT_ALGOS)
+def test_fused_exact_updates_equal_the_generic_path(algo: str, n_seeds: int) -> None:
     runs = []
     for engine in (True, False):
-        model = population_model(algo, n_seeds, engine)
+        model = exact_model(algo, n_seeds, engine)
         assert (fused_collector(model) is not None) is engine
         writer = Rows()
         model.set_logger(Logger(folder=None, output_formats=[writer]))
@@ -64,9 +64,9 @@ def test_fused_population_updates_equal_the_generic_path(algo: str, n_seeds: int
 
 
 def test_the_fused_batch_is_the_generic_batch() -> None:
-    model = population_model("tpo", 3, True)
+    model = exact_model("tpo", 3, True)
     model.learn(n_iterations=2)  # the collector has scored the env; the table has moved
-    collector = TablePopulationCollector(model)
+    collector = TableExactCollector(model)
     first = collector(model._init_callback(None))
     again = collector(model._init_callback(None))  # from the table alone
     generic = model.collect(model._init_callback(None))
@@ -86,7 +86,7 @@ def test_diagnostics_only_for_logged_updates_or_when_asked() -> None:
     assert not wants_train_diagnostics(CallbackList([ProgressBarCallback()]))
     assert wants_train_diagnostics(CallbackList([CallbackList([NeedsDiagnostics()])]))
     for callback, expected in ((None, 2), (NeedsDiagnostics(), 6)):
-        model = population_model("tpo", 2, True)
+        model = exact_model("tpo", 2, True)
         computed = []
         train = model.train
 
@@ -113,7 +113,7 @@ def test_rollout_values_only_for_logged_updates_or_when_asked() -> None:
     assert not wants_rollout_metrics(CallbackList([ProgressBarCallback(), NeedsDiagnostics()]))
     assert wants_rollout_metrics(CallbackList([CallbackList([NeedsRollout()])]))
     for callback, engine, expected in ((None, True, 2), (NeedsRollout(), True, 6), (None, False, 6)):
-        model = population_model("tpo", 2, engine)
+        model = exact_model("tpo", 2, engine)
         computed = []
         log_rollout = model.mode.log_rollout
 
@@ -128,7 +128,7 @@ def test_rollout_values_only_for_logged_updates_or_when_asked() -> None:
         assert len(computed) == expected, (callback, engine)
         assert len(writer.rows) == 2 and all("rollout/task_error" in row for row in writer.rows)
         assert set(model.member_rollout) == {"task_error"}  # the last update is logged
-    model = population_model("tpo", 2, True)
+    model = exact_model("tpo", 2, True)
     model.learn(n_iterations=2, log_interval=0)  # no update logged: none computed
     assert model.member_rollout == {}
     model.collect(model._init_callback(None))  # the generic path afterwards records its batch's values
@@ -136,7 +136,7 @@ def test_rollout_values_only_for_logged_updates_or_when_asked() -> None:
 
 
 def test_the_generic_path_always_computes_diagnostics() -> None:
-    model = population_model("tpo", 1, False)
+    model = exact_model("tpo", 1, False)
     computed = []
     train = model.train
     model.train = lambda batch, diagnostics=True: (computed.append(diagnostics), train(batch, diagnostics))
@@ -149,7 +149,7 @@ def test_a_stopping_callback_stops_the_fused_loop() -> None:
         def _on_step(self) -> bool:
             return False
 
-    model = population_model("pg", 2, True)
+    model = exact_model("pg", 2, True)
     before = model.policy.logits.detach().clone()
     model.learn(n_iterations=5, callback=StopAtOnce())
     assert th.equal(model.policy.logits.detach(), before)
@@ -205,7 +205,7 @@ def test_the_engine_leaves_other_policies_and_contexts_to_the_generic_path() -> 
 MNIST_RUNS = {
     "tpo": {"baseline": "expected"}, "grpo": {"n_epochs": 2}, "dg": {"baseline": "expected"},
     "pg": {"baseline": "expected"}, "group_pg": {"baseline": "expected"}, "ppo": {"n_epochs": 2},
-    "ce": {"group_mode": "population"}, "tpo_interactions": {"match": "interactions", "group_size": 3},
+    "ce": {"group_mode": "exact"}, "tpo_interactions": {"match": "interactions", "group_size": 3},
 }
 
 

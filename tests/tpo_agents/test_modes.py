@@ -25,7 +25,7 @@ SMALL = dict(batch_size=4, group_size=2, seed=0, device="cpu")
 
 
 def test_every_mode_is_a_collection_mode_offering_views():
-    assert sorted(MODES) == ["population", "sequence", "single", "text", "token"]
+    assert sorted(MODES) == ["exact", "sequence", "single", "text", "token"]
     for mode in MODES.values():
         assert issubclass(mode, CollectionMode) and mode.views
 
@@ -33,13 +33,13 @@ def test_every_mode_is_a_collection_mode_offering_views():
 @pytest.mark.parametrize(
     "algo, modes",
     [
-        (TPO, ("token", "sequence", "single", "population", "text")),
-        (GRPO, ("token", "sequence", "single", "population", "text")),
-        (GroupPG, ("token", "sequence", "single", "population", "text")),
-        (DG, ("single", "population", "text")),
-        (PG, ("single", "population", "text")),
+        (TPO, ("token", "sequence", "single", "exact", "text")),
+        (GRPO, ("token", "sequence", "single", "exact", "text")),
+        (GroupPG, ("token", "sequence", "single", "exact", "text")),
+        (DG, ("single", "exact", "text")),
+        (PG, ("single", "exact", "text")),
         (PPO, ("single", "text")),
-        (CE, ("population",)),
+        (CE, ("exact",)),
     ],
 )
 def test_supported_modes_follow_from_the_losses_an_algorithm_defines(algo, modes):
@@ -48,11 +48,11 @@ def test_supported_modes_follow_from_the_losses_an_algorithm_defines(algo, modes
 
 @pytest.mark.parametrize(
     "algo, mode, view",
-    [(TPO, "single", "group"), (GRPO, "single", "sample"), (GRPO, "population", "exact"),
-     (TPO, "population", "group"), (GRPO, "token", "group"), (GroupPG, "single", "sample")],
+    [(TPO, "single", "group"), (GRPO, "single", "sample"), (GRPO, "exact", "exact"),
+     (TPO, "exact", "group"), (GRPO, "token", "group"), (GroupPG, "single", "sample")],
 )  # fmt: skip
 def test_the_mode_picks_its_first_view_the_algorithm_has(algo, mode, view):
-    env = "TPO/MultiContextBandit-v0" if mode == "population" else "TPO/KArmedBandit-v0"
+    env = "TPO/MultiContextBandit-v0" if mode == "exact" else "TPO/KArmedBandit-v0"
     env = "TPO/TokenCopy-v0" if mode == "token" else env
     policy = "TransformerPolicy" if mode == "token" else "TabularPolicy"
     kwargs = TOKENS if mode == "token" else {}
@@ -73,7 +73,7 @@ def test_the_algorithm_builds_exactly_the_env_its_mode_needs(mode, match, n_envs
     assert model.observation_space.shape == (6,)  # 2H with the given H = 3
 
 
-def test_population_mode_enumerates_the_contexts_of_a_tabular_env():
+def test_exact_mode_enumerates_the_contexts_of_a_tabular_env():
     model = CE("TabularPolicy", "TPO/MultiContextBandit-v0", env_kwargs=dict(n_contexts=7, n_arms=3), **SMALL)
     assert model.n_envs == 7
 

@@ -17,7 +17,7 @@ from tests.pinned_runs import ATOL, N_PINNED, N_UPDATES, PINNED, RUNS, run, tole
 
 EXPECTED = json.loads(PINNED.read_text())
 #: One run per (policy, mode) pair, plus PPO's clipped ratio: the determinism runs.
-DETERMINISM_RUNS = ("token/ppo", "token/tpo", "sequence/tpo", "mnist/grpo", "bandit/tpo", "population/grpo")
+DETERMINISM_RUNS = ("token/ppo", "token/tpo", "sequence/tpo", "mnist/grpo", "bandit/tpo", "exact/grpo")
 
 
 def test_every_run_is_pinned():

@@ -17,8 +17,8 @@ from tpo_agents.zoo.registry import ablation_kwargs, get_algo
 th.set_num_threads(1)
 
 BANDIT = dict(learning_rate=0.1, batch_size=20, n_epochs=1, group_mode="single")
-POPULATION = dict(learning_rate=0.1, batch_size=100, n_epochs=1, group_mode="population",
-                  policy_kwargs={"init": "normal"})
+EXACT = dict(learning_rate=0.1, batch_size=100, n_epochs=1, group_mode="exact",
+             policy_kwargs={"init": "normal"})
 MNIST = dict(learning_rate=1e-3, batch_size=8, group_mode="single")
 ARMS, CONTEXTS = {"n_arms": 10}, {"n_contexts": 12, "n_arms": 5}
 TOKENS = {"sequence_length": 4, "vocab_size": 3, "reward": "bag_of_tokens"}
@@ -43,13 +43,13 @@ CASES = {
     "single-grpo": ("grpo", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", BANDIT),
     "single-pg-batch-mean": ("pg", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", BANDIT),
     "single-dg": ("dg", "TPO/KArmedBandit-v0", ARMS, "TabularPolicy", {**BANDIT, "baseline": 0.5}),
-    **{f"population-{algo}": (algo, "TPO/MultiContextBandit-v0", CONTEXTS, "TabularPolicy", POPULATION)
+    **{f"exact-{algo}": (algo, "TPO/MultiContextBandit-v0", CONTEXTS, "TabularPolicy", EXACT)
        for algo in ("tpo", "grpo", "dg", "pg", "ce")},
     "mnist-tpo": ("tpo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
     "mnist-grpo-2-epochs": ("grpo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "n_epochs": 2}),
     "mnist-group-pg": ("group_pg", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "baseline": "expected"}),
     "mnist-ppo": ("ppo", "TPO/MNISTBandit-v0", {}, "MlpPolicy", MNIST),
-    "mnist-ce": ("ce", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "group_mode": "population"}),
+    "mnist-ce": ("ce", "TPO/MNISTBandit-v0", {}, "MlpPolicy", {**MNIST, "group_mode": "exact"}),
     # an MLP with more actions than ACTION_MAJOR_MAX_ACTIONS: its logits row-major
     "mlp-token-tpo-v12": ("tpo", REVERSAL, {"sequence_length": 3, "vocab_size": 12}, "MlpPolicy",
                           {**SMALL_MLP, "group_mode": "token"}),
@@ -131,7 +131,7 @@ def test_member_equals_the_run_with_its_seed(case):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["single-tpo", "population-dg", "mnist-tpo", "mnist-grpo-2-epochs",
+@pytest.mark.parametrize("case", ["single-tpo", "exact-dg", "mnist-tpo", "mnist-grpo-2-epochs",
                                   "token-tpo", "token-single-ppo", "sequence-grpo", "mlp-token-tpo-v12",
                                   "mlp-token-single-ppo-v12"])
 def test_first_update_loss_and_gradient_are_each_members_own(case):
@@ -243,8 +243,8 @@ def test_bad_population_settings_are_one_line_errors():
 
 def test_twenty_seed_final_errors_equal_the_per_seed_runs():
     """The distribution of final errors over 20 seeds is that of 20 separate runs (here: seed by seed)."""
-    population, errors = _run("population-tpo", seed=0, n_seeds=20, n_updates=15)
-    singles = np.array([_run("population-tpo", seed=s, n_seeds=1, n_updates=15)[1][-1, 0] for s in range(20)])
+    population, errors = _run("exact-tpo", seed=0, n_seeds=20, n_updates=15)
+    singles = np.array([_run("exact-tpo", seed=s, n_seeds=1, n_updates=15)[1][-1, 0] for s in range(20)])
     np.testing.assert_allclose(errors[-1], singles, rtol=0, atol=1e-6)
     assert errors[-1].std() > 0  # 20 different learners, not one copied
 
@@ -299,7 +299,7 @@ def test_a_policy_without_populations_is_refused_with_one_line():
         get_algo("tpo")(OneTable, "TPO/KArmedBandit-v0", n_seeds=2, group_mode="single", env_kwargs=ARMS)
 
 
-@pytest.mark.parametrize("case", ["population-tpo", "mnist-tpo", "token-tpo"])
+@pytest.mark.parametrize("case", ["exact-tpo", "mnist-tpo", "token-tpo"])
 def test_member_policy_is_one_seed_as_a_plain_policy(case):
     population, _ = _run(case, seed=2, n_seeds=3, n_updates=1)
     single, _ = _run(case, seed=3, n_seeds=1, n_updates=1)

@@ -403,7 +403,7 @@ def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str, req
     entry = yaml.safe_load((CONFIGS / f"{algo}.yml").read_text())[key]
     if algo in registry.EXTERNAL_ALGOS:  # SB3 / sb3-contrib: a few dozen steps per update
         tiny = list(TINY_EXTERNAL[algo])
-    else:  # B = 4 (population mode uses every context), K = 2 where the entry has a group
+    else:  # B = 4 (exact mode uses every context), K = 2 where the entry has a group
         tiny = ["batch_size:4"] + (["group_size:2"] if "group_size" in entry else [])
     kind = (
         "token"

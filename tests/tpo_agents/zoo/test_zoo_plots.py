@@ -31,7 +31,7 @@ B = 4  # episodes per update of the grouped runs
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two TPO seeds and one GRPO seed on a 4-armed bandit (10 updates of B=4 episodes), two sb3_ppo
-    seeds on CartPole-v1, one CE run (population mode: no monitor rows) with evaluations."""
+    seeds on CartPole-v1, one CE run (exact mode: no monitor rows) with evaluations."""
     folder = tmp_path_factory.mktemp("plots") / "logs"
     common = ["-f", str(folder), "--verbose", "0", "-tb", ""]
     bandit = ["--env", "KArmedBandit", "-n", str(10 * B), "--env-kwargs", "n_arms:4", "--eval-freq", "-1"]
@@ -150,7 +150,7 @@ def test_mean_and_standard_error_band() -> None:
 
 
 def test_eval_source_reads_evaluations(logs: Path, tmp_path: Path) -> None:
-    """--source eval: population mode (no monitor rows) still plots, from evaluations.npz."""
+    """--source eval: exact mode (no monitor rows) still plots, from evaluations.npz."""
     out = run_plots(logs, tmp_path, "-a", "ce", "--source", "eval")
     assert_png(tmp_path / "fig.png")
     with np.load(logs / "ce" / "TPO-MultiContextBandit-v0_1" / "evaluations.npz") as data:
@@ -167,7 +167,7 @@ def test_runs_without_the_data_are_left_out_with_a_note(
     assert {row["algo"] for row in out["rows"]} == {"tpo", "grpo"}
     printed = capsys.readouterr().out
     assert "Left out" in printed and "CartPole-v1 defines no task error" in printed
-    assert "no monitor.csv (population mode" in printed
+    assert "no monitor.csv (exact mode" in printed
 
 
 # ------------------------------------------------------------------------------------ horizon, resumes
@@ -324,7 +324,7 @@ def test_a_run_trained_with_trained_agent_records_where_it_resumed(tmp_path: Pat
                                                    r"sb3_ppo: CartPole-v1 \(2 runs\)"),
         (["-a", "sb3_ppo"], r"CartPole-v1 defines no task error \(monitor columns: .*; use -y reward"),
         (["-a", "sb3_ppo", "-x", "updates", "-y", "reward"], r"-x updates needs runs of the grouped"),
-        (["-a", "ce", "-y", "reward"], r"no monitor.csv \(population mode .*use --source eval"),
+        (["-a", "ce", "-y", "reward"], r"no monitor.csv \(exact mode .*use --source eval"),
         (["-a", "ce", "--source", "eval", "-x", "episodes"], r"--source eval has only -x timesteps"),
         (["-a", "tpo", "-w", "0"], r"--window must be a positive"),
     ],

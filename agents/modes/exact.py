@@ -1,5 +1,5 @@
-"""Population mode: every action of every context scored exactly (the multi-context bandit's exact updates,
-and the CE oracle)."""
+"""Exact mode: every action of every context scored exactly (the multi-context bandit's exact updates,
+and the CE oracle). Called ``population`` before (``tpo_agents.modes.OLD_MODE_NAMES``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from gymnasium.vector import VectorEnv
 
 from tpo_agents.modes.base import CollectionMode, EnvTraits, ExactView, GroupView, StepHook
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import Population, collect_population
+from tpo_agents.rollout import ExactBatch, collect_exact
 
 
-class PopulationMode(CollectionMode):
+class ExactMode(CollectionMode):
     """All contexts of a tabular env (``Discrete`` observations), else ``batch_size`` drawn contexts
     (MNIST images for the CE oracle); the env scores every action, nothing is sampled.
 
@@ -20,7 +20,7 @@ class PopulationMode(CollectionMode):
     Group view (TPO): the action set is the group, s = r.
     """
 
-    name = "population"
+    name = "exact"
     views = ("exact", "group")
     needs = "one-step episodes (a bandit or MNIST)"
 
@@ -49,21 +49,21 @@ class PopulationMode(CollectionMode):
     def steps_per_collect(self, env: VectorEnv) -> int:
         return self.n_envs
 
-    def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Population | None:
+    def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> ExactBatch | None:
         exhaustive = isinstance(self.observation_space, spaces.Discrete)
-        batch = collect_population(env, policy, exhaustive=exhaustive, n_members=self.n_members)
+        batch = collect_exact(env, policy, exhaustive=exhaustive, n_members=self.n_members)
         return batch if on_step(env.num_envs) else None
 
-    def log_probs(self, policy: ActionPolicy, batch: Population) -> th.Tensor:
+    def log_probs(self, policy: ActionPolicy, batch: ExactBatch) -> th.Tensor:
         return policy.action_log_probs(batch.obs)
 
-    def exact_view(self, batch: Population, log_probs: th.Tensor) -> ExactView:
+    def exact_view(self, batch: ExactBatch, log_probs: th.Tensor) -> ExactView:
         return ExactView(log_probs, batch.old_log_probs, batch.rewards)
 
-    def group_view(self, batch: Population, log_probs: th.Tensor) -> GroupView:
+    def group_view(self, batch: ExactBatch, log_probs: th.Tensor) -> GroupView:
         return GroupView(log_probs, batch.old_log_probs, batch.rewards)
 
-    def rollout_metrics(self, batch: Population) -> dict[str, th.Tensor]:
+    def rollout_metrics(self, batch: ExactBatch) -> dict[str, th.Tensor]:
         """Task error = 1 - E_pi[r], the expected error of the policy before the update."""
         expected_reward = (batch.old_log_probs.exp() * batch.rewards).sum(-1)
         return {"task_error": 1 - self.member_rows(expected_reward).mean(1)}

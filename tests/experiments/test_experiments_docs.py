@@ -14,7 +14,7 @@ from experiments.docs_tables import (
     BEGIN,
     DOC,
     END,
-    EXACT_ZERO,
+    SUPERSEDED,
     blocks,
     code_versions_table,
     cpu_seconds_table,
@@ -35,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_results_md_holds_the_tables_of_the_committed_files():
-    """Regenerating every table from results/paper and results/exact_zero gives exactly what the page
+    """Regenerating every table from results/paper and results/superseded gives exactly what the page
     holds, and the page holds every table the files give (``python -m experiments.docs_tables``
     rewrites them)."""
     text = (ROOT / DOC).read_text()
-    tables = generate(ROOT / RESULTS, ROOT / EXACT_ZERO)
+    tables = generate(ROOT / RESULTS, ROOT / SUPERSEDED)
     assert sorted(blocks(text)) == sorted(tables)
     assert differences(text, tables) == [], "run python -m experiments.docs_tables"
 
@@ -145,6 +145,22 @@ def test_generated_report_tables_are_what_the_report_prints(results, tmp_path):
     assert tables["report:eta_sweep"] in report("eta_sweep", results, tmp_path / "figures")
 
 
+def test_superseded_cells_get_their_code_versions_and_report_tables(results, tmp_path):
+    """Cells a later code replaced (``--superseded``) add their own code-versions and report tables, read
+    from their files alone; without such files neither table exists."""
+    old = tmp_path / "superseded"
+    for seed in range(2):
+        _seed(old, "vocab_sweep", "V2", "tpo", seed, [0.9, 0.8, 0.7], code="eeeeeee", host="node3")
+    tables = generate(results, old, tracked_only=False)
+    assert tables["superseded"] == code_versions_table(seed_files(old))
+    assert "`eeeeeee`: 0–1" in tables["superseded"] and "eeeeeee" not in tables["code-versions"]
+    assert "superseded-report:eta_sweep" not in tables
+    report_table = tables["superseded-report:vocab_sweep"]
+    assert "70.00%" in report_table and report_table != tables["report:vocab_sweep"]
+    bare = generate(results, tmp_path / "none", tracked_only=False)
+    assert not {name for name in bare if name.startswith("superseded")}
+
+
 def test_fill_replaces_only_what_lies_between_the_markers():
     text = (f"intro\n\n{BEGIN.format('a')}\nold a\n{END}\n\nmiddle\n{BEGIN.format('b')}\n{END}\nend\n")
     assert blocks(text) == {"a": "old a", "b": ""}
@@ -164,7 +180,7 @@ def test_main_checks_and_rewrites_the_page(results, tmp_path, capsys):
     doc = tmp_path / "results.md"
     names = list(generate(results, tmp_path / "none"))
     doc.write_text("# page\n\n" + "\n\n".join(f"{BEGIN.format(n)}\nstale\n{END}" for n in names) + "\n")
-    args = ["--doc", str(doc), "--results", str(results), "--exact-zero", str(tmp_path / "none")]
+    args = ["--doc", str(doc), "--results", str(results), "--superseded", str(tmp_path / "none")]
     before = doc.read_text()
     assert main([*args, "--check"]) == 1
     assert doc.read_text() == before

@@ -33,7 +33,7 @@ def test_default_folders_are_the_committed_results_and_the_smoke_folder():
 
 def test_gitignore_keeps_results_paper_and_ignores_other_output_folders():
     probe = ["results/paper/tabular_multi/N100_K10/tpo/seed_0.npz",
-             "results/exact_zero/terminal/prompts/H10/grpo/seed_0.npz", "results/smoke/x/seed_0.npz",
+             "results/superseded/terminal/prompts/H10/grpo/seed_0.npz", "results/smoke/x/seed_0.npz",
              "results/other/seed_0.npz", "results_gpu/x/seed_0.npz"]
     ignored = subprocess.run(["git", "check-ignore", "--no-index", *probe], cwd=ROOT, capture_output=True,
                              text=True).stdout.split()

@@ -70,7 +70,8 @@ BATCHINGS = ("alone", "shares", "whole")
 
 def batching(specs: list[RunSpec]) -> list[str]:
     """How each run's seeds batch (:data:`BATCHINGS`): ``"alone"`` where its policy has no populations
-    (``supports_members``; a policy the algorithm loads by name on first use, ``LLMPolicy``, has none),
+    (``supports_members``; a policy the algorithm loads by name on first use, ``LLMPolicy``, has none) or
+    where the run skips batches without signal (``skip_batches_without_signal``: each seed's own batches),
     ``"whole"`` where a population costs little more than one member (``members_amortize``: the table,
     the MLP), ``"shares"`` where it costs about its members' sum (the transformer). Imports the agents."""
     from tpo_agents.zoo.registry import get_algo
@@ -78,7 +79,7 @@ def batching(specs: list[RunSpec]) -> list[str]:
     kinds = []
     for spec in specs:
         policy = get_algo(spec.algo).policy_aliases.get(spec.policy)
-        if not getattr(policy, "supports_members", False):
+        if not getattr(policy, "supports_members", False) or spec.kwargs.get("skip_batches_without_signal"):
             kinds.append("alone")
         else:
             kinds.append("whole" if getattr(policy, "members_amortize", False) else "shares")

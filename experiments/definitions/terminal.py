@@ -8,7 +8,9 @@ batch (all K completions count).
 
 * ``terminal`` (Table 3, Fig. 8): H in {7, 8, 9, 10}, prompt-matched and interaction-matched (PPO/DG
   with B*K = 800 prompts and lr x sqrt(8), Sec. 3.6; the grouped methods are unchanged, so their
-  interaction-matched cells are the prompt-matched runs).
+  interaction-matched cells are the prompt-matched runs); ``skip/H10`` (smoke: ``skip/H7``): TPO and GRPO
+  prompt-matched with ``skip_batches_without_signal=True`` (no update on a batch in which no group carries
+  signal, instead of the optimizer's step on a zero gradient), against the ``prompts/H10`` cells.
 * ``ablations`` (Section 3.7, Fig. 9): TPO, TPO-no-anchor, Group PG, GRPO, GRPO (no KL) at H in {7, 8, 10}.
 """
 
@@ -18,16 +20,22 @@ from experiments.core import Experiment, Grid, Size
 from experiments.definitions.tokens import SINGLE_SAMPLE, token_run
 
 TERMINAL_ALGOS = ("ppo", "dg", "tpo", "grpo", "grpo_no_kl")
+SKIP_ALGOS = ("tpo", "grpo")
 ABLATION_ALGOS = ("tpo", "tpo_no_anchor", "group_pg", "grpo", "grpo_no_kl")
 
 
 def build_terminal(updates: int, smoke: bool) -> Grid:
-    """Prompt-matched: all five methods; interaction-matched: PPO and DG (smoke: H = 7 only)."""
+    """Prompt-matched: all five methods; interaction-matched: PPO and DG; TPO and GRPO skipping the batches
+    without signal at the largest H (smoke: H = 7 only)."""
     grid: Grid = {}
-    for H in (7,) if smoke else (7, 8, 9, 10):
+    horizons = (7,) if smoke else (7, 8, 9, 10)
+    for H in horizons:
         grid[f"prompts/H{H}"] = {a: token_run(a, updates, reward="terminal", H=H) for a in TERMINAL_ALGOS}
         grid[f"interactions/H{H}"] = {a: token_run(a, updates, reward="terminal", H=H, match="interactions")
                                       for a in SINGLE_SAMPLE}
+    grid[f"skip/H{horizons[-1]}"] = {
+        a: token_run(a, updates, reward="terminal", H=horizons[-1], skip_batches_without_signal=True)
+        for a in SKIP_ALGOS}
     return grid
 
 

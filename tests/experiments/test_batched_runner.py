@@ -111,6 +111,8 @@ def test_a_run_that_cannot_batch_runs_one_seed_per_process(tmp_path, monkeypatch
     llm = get_experiment("llm_cpu").build(1, True)
     tabular = get_experiment("tabular_multi").build(1, True)["N100_K10"]["ce"]
     assert batching([next(iter(next(iter(llm.values())).values())), tabular]) == ["alone", "whole"]
+    terminal = get_experiment("terminal").build(1, True)  # a run skipping batches trains its seeds alone
+    assert batching([terminal["prompts/H7"]["tpo"], terminal["skip/H7"]["tpo"]]) == ["shares", "alone"]
 
     monkeypatch.setattr(launchers, "batching", lambda specs: ["alone"] * len(specs))
     tasks = _tasks("tabular_single", "K100", _spec("tabular_single", "K100", "grpo", 2), tmp_path, range(2))

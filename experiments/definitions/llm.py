@@ -12,7 +12,7 @@ of 2 prompts per update, TPO against GRPO with every other setting the zoo's (``
   held-out error (1 - exact-match accuracy of greedy answers to the first 64 prompts of the eval split,
   before training and every 10 updates, :class:`experiments.recorders.LLMEvalRecorder`), stored beside the
   training curves (batch error, ``rollout/`` and ``train/`` values) and the task's shortcut (the best
-  constant answer's held-out error, ``eval/shortcut_error``).
+  constant answer's held-out error, ``eval/shortcut_error``), at AdamW 1e-5 (``STUDY_LEARNING_RATE``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ STUDY_TASKS: dict[str, tuple[str, str]] = {
 """variant -> (task preset of :data:`experiments.llm_tasks.CANDIDATES`, training reward): one task scored
 with partial credit (``native``) and one with sparse exact match (``binary``), chosen by the measurement
 of docs/llm.md."""
+STUDY_LEARNING_RATE = 1e-5
+"""AdamW's learning rate in the study (the zoo entry's 3e-5 made TPO's greedy answers to
+``spell_backward_3`` one constant string within 5 updates in a pilot; 1e-5 did not; docs/llm.md)."""
 STUDY_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 2}
 """Held-out evaluations of the full size (:class:`experiments.recorders.LLMEvalRecorder`)."""
 STUDY_SMOKE_EVAL = {"eval_every": 1, "n_prompts": 4, "n_samples": 2}
@@ -52,8 +55,8 @@ STUDY_SMOKE_EVAL = {"eval_every": 1, "n_prompts": 4, "n_samples": 2}
 
 
 def study_run(algo: str, preset: str, reward: str, updates: int, smoke: bool) -> RunSpec:
-    """``algo`` on the task ``preset`` trained with ``reward``, every other setting the zoo's
-    ``TPO/ReasoningGym-v0`` entry (model, prompt, K, prompts per update, learning rate, epochs), with
+    """``algo`` on the task ``preset`` trained with ``reward`` at :data:`STUDY_LEARNING_RATE`, every other
+    setting the zoo's ``TPO/ReasoningGym-v0`` entry (model, prompt, K, prompts per update, epochs), with
     held-out evaluations (``llm_eval``). The env kwargs are the task's alone: the zoo entry's own task keys
     (one-word letter counting) do not carry over to another dataset."""
     from experiments.llm_tasks import CANDIDATES
@@ -65,7 +68,8 @@ def study_run(algo: str, preset: str, reward: str, updates: int, smoke: bool) ->
     env = {**CANDIDATES[preset], "reward": reward}
     spec = zoo_run(algo, "TPO/ReasoningGym-v0", updates)
     evaluation = STUDY_SMOKE_EVAL if smoke else STUDY_EVAL
-    return replace(spec, env_kwargs=env, recorder="llm_eval",
+    return replace(spec, env_kwargs=env, kwargs={**spec.kwargs, "learning_rate": STUDY_LEARNING_RATE},
+                   recorder="llm_eval",
                    recorder_kwargs={"env_kwargs": env, **evaluation})
 
 

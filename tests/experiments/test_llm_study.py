@@ -19,7 +19,7 @@ pytest.importorskip("reasoning_gym")
 
 from experiments import llm_tasks  # noqa: E402
 from experiments.core import load_seed, seed_path  # noqa: E402
-from experiments.definitions.llm import LLM_STUDY, STUDY_TASKS  # noqa: E402
+from experiments.definitions.llm import LLM_STUDY, STUDY_LEARNING_RATE, STUDY_TASKS  # noqa: E402
 from experiments.jobs import Task, run_job  # noqa: E402
 from experiments.runs import load_runs  # noqa: E402
 from tpo_gym.envs.text import SUCCESS_THRESHOLD, score_completion  # noqa: E402
@@ -200,6 +200,7 @@ def test_study_grid_is_matched() -> None:
         assert tpo.recorder == "llm_eval" and tpo.n_updates == grpo.n_updates == LLM_STUDY.full.updates
         for key in ("policy_kwargs", "learning_rate", "batch_size", "group_size", "n_epochs"):
             assert tpo.kwargs[key] == grpo.kwargs[key], key
+        assert tpo.kwargs["learning_rate"] == STUDY_LEARNING_RATE == 1e-5
         assert tpo.recorder_kwargs["env_kwargs"] == tpo.env_kwargs
         assert tpo.n_updates % tpo.recorder_kwargs["eval_every"] == 0
         rewards.add(tpo.env_kwargs["reward"])

@@ -13,6 +13,7 @@ from experiments.core import RESULTS, save_seed, seed_path
 from experiments.docs_tables import (
     BEGIN,
     DOC,
+    LLM_DOC,
     END,
     SUPERSEDED,
     blocks,
@@ -23,6 +24,7 @@ from experiments.docs_tables import (
     fill,
     generate,
     main,
+    on_llm_page,
     seed_files,
     seed_ranges,
     what_ran_table,
@@ -35,13 +37,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_results_md_holds_the_tables_of_the_committed_files():
-    """Regenerating every table from results/paper and results/superseded gives exactly what the page
-    holds, and the page holds every table the files give (``python -m experiments.docs_tables``
-    rewrites them)."""
-    text = (ROOT / DOC).read_text()
+    """Regenerating every table from results/paper and results/superseded gives exactly what the pages
+    hold (docs/llm.md the LLM experiments', docs/results.md every other), and each page holds every
+    table of its own the files give (``python -m experiments.docs_tables`` rewrites them)."""
     tables = generate(ROOT / RESULTS, ROOT / SUPERSEDED)
-    assert sorted(blocks(text)) == sorted(tables)
-    assert differences(text, tables) == [], "run python -m experiments.docs_tables"
+    for doc, llm in ((DOC, False), (LLM_DOC, True)):
+        text = (ROOT / doc).read_text()
+        own = {name: body for name, body in tables.items() if on_llm_page(name) == llm}
+        assert sorted(blocks(text)) == sorted(own), doc
+        assert differences(text, own) == [], "run python -m experiments.docs_tables"
+
+
+def test_llm_experiments_tables_go_on_the_llm_page():
+    assert on_llm_page("report:llm_study") and on_llm_page("pairwise:llm_cpu")
+    assert not any(map(on_llm_page, ("report:terminal", "what-ran", "superseded-report:mnist",
+                                      "pairwise-legend")))
 
 
 # ------------------------------------------------------------------------------------------- hand-made

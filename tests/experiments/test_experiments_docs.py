@@ -13,8 +13,8 @@ from experiments.core import RESULTS, save_seed, seed_path
 from experiments.docs_tables import (
     BEGIN,
     DOC,
-    LLM_DOC,
     END,
+    LLM_DOC,
     SUPERSEDED,
     blocks,
     code_versions_table,

@@ -93,3 +93,11 @@ def test_imports_count_type_checking_imports(tmp_path):
     path.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from a.b import C\n\n\n"
                     "def f():\n    import d\n")
     assert {"a.b", "a.b.C", "d"} <= imports(path)
+
+
+def test_the_learn_loop_imports_no_policy_fused_collection_or_allocator():
+    """The learn loop reaches policies, the fused collection (chosen in one place,
+    ``GroupBaseAlgorithm.fused_collector``) and the allocator's settings only through the base class and
+    the entry points: its own imports name none of them, nor an env."""
+    banned = ("tpo_agents.policies", "tpo_agents.fused_collection", "tpo_agents.allocator", "tpo_gym")
+    assert not [name for name in imports(ROOT / "agents" / "learn_loop.py") if name.startswith(banned)]

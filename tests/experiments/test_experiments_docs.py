@@ -190,7 +190,8 @@ def test_main_checks_and_rewrites_the_page(results, tmp_path, capsys):
     doc = tmp_path / "results.md"
     names = list(generate(results, tmp_path / "none"))
     doc.write_text("# page\n\n" + "\n\n".join(f"{BEGIN.format(n)}\nstale\n{END}" for n in names) + "\n")
-    args = ["--doc", str(doc), "--results", str(results), "--superseded", str(tmp_path / "none")]
+    args = ["--doc", str(doc), "--llm-doc", str(tmp_path / "llm.md"), "--results", str(results),
+            "--superseded", str(tmp_path / "none")]
     before = doc.read_text()
     assert main([*args, "--check"]) == 1
     assert doc.read_text() == before

@@ -12,7 +12,9 @@ of seeds with final error at most tau) as a second figure, and the "pairwise dif
 variant holding TPO, TPO minus each other method of the final (difference of seed means) and of the
 per-seed crossing (difference of medians), each with its bootstrap 95% interval (the two methods'
 seeds resampled independently) and a two-sided Wilcoxon rank-sum p-value (``experiments.pairwise``;
-in the JSON under ``pairwise``). The tables are printed as Markdown and saved with the figures as
+in the JSON under ``pairwise``); for the language-model experiments, the held-out evaluations before and
+after training beside the best constant answer (``experiments.held_out``; JSON ``held_out``). The
+tables are printed as Markdown and saved with the figures as
 ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default ``docs/figures`` for
 the committed and the smoke results, ``<out>/figures`` for any other ``--out`` (a report of other runs
 never overwrites the documented figures).
@@ -33,6 +35,7 @@ import numpy as np
 from experiments.core import RESULTS, SMOKE_RESULTS, Experiment
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.figures import COLORS, draw
+from experiments.held_out import held_out, held_out_rows, native_pairwise
 from experiments.metrics import (
     bootstrap_final,
     bootstrap_iqm,
@@ -256,11 +259,18 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
     text = f"### {name}: {experiment.paper}\n\n{markdown_table(experiment, rows)}\n"
     if mechanism:
         text += f"\n{mechanism_table(mechanism)}\n"
-    differences = pairwise(experiment, runs, _ordered(experiment, runs))
+    order = _ordered(experiment, runs)
+    differences = pairwise(experiment, runs, order)
     if differences:
         text += f"\npairwise differences\n\n{pairwise_table(experiment, differences)}\n"
+    evaluations = held_out(runs, order)
+    if evaluations:
+        text += f"\nheld-out evaluations\n\n{evaluations}\n"
     summary = {"experiment": name, "paper": experiment.paper, "smoke": smoke, "rows": rows,
                "mechanism": mechanism, "pairwise": differences}
+    if evaluations:
+        summary["held_out"] = {"rows": held_out_rows(runs, order),
+                               "native_pairwise": native_pairwise(runs, order)}
     stem.with_suffix(".json").write_text(json.dumps(summary, indent=1, default=str))
     return text + f"\nfigures: {stem.with_suffix('.png')}, {profile_path}\n"
 

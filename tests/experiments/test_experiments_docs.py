@@ -50,6 +50,7 @@ def test_results_md_holds_the_tables_of_the_committed_files():
 
 def test_llm_experiments_tables_go_on_the_llm_page():
     assert on_llm_page("report:llm_study") and on_llm_page("pairwise:llm_cpu")
+    assert on_llm_page("held-out:llm_study")
     assert not any(map(on_llm_page, ("report:terminal", "what-ran", "superseded-report:mnist",
                                       "pairwise-legend")))
 

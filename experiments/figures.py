@@ -1,6 +1,8 @@
 """The report's figure (``experiments.report``): one panel per (curve, variant), each method's seed mean
 +- s.e. (``tpo_agents.zoo.results.seed_mean_se``: population std / sqrt(n)) over the update axis, the
-threshold as a dashed line, a log axis where the experiment asks for one; MNIST adds Fig. 5b's bars.
+threshold as a dashed line, a log axis where the experiment asks for one; MNIST adds Fig. 5b's bars,
+the language-model experiments the best constant answer's held-out error as a dotted line
+(``experiments.held_out.SHORTCUT_OF``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from experiments.core import Experiment
+from experiments.held_out import SHORTCUT_OF
 from tpo_agents.zoo.results import seed_mean_se
 
 if TYPE_CHECKING:
@@ -57,6 +60,15 @@ def _panel(ax: Any, runs: dict[str, Runs], algos: list[str], key: str, log: bool
     ax.grid(alpha=0.3, which="both", lw=0.4)
 
 
+def _shortcut_line(ax: Any, runs: dict[str, Runs], key: str) -> None:
+    """The best constant answer's error on the held-out prompts of panel ``key`` as a dotted line, where
+    the cell's seeds record it (the same prompts for every method and seed of a variant)."""
+    shortcut = SHORTCUT_OF.get(key)
+    recorded = [r.arrays[shortcut] for r in runs.values() if shortcut in r.arrays]
+    if recorded:
+        ax.axhline(float(recorded[0][:, -1].mean()), color="grey", ls=":", lw=1.0, label="best constant")
+
+
 def draw(experiment: Experiment, runs: dict[str, dict[str, Runs]], order: list[tuple[str, str]], path: Path,
          mechanism: dict[str, dict[str, Any]] | None = None) -> None:
     """The figure: one panel per (curve, variant) in ``order`` ((variant, algorithm) cells), seed mean
@@ -76,10 +88,13 @@ def draw(experiment: Experiment, runs: dict[str, dict[str, Runs]], order: list[t
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
     flat = axes.ravel()
+    names = [key.split("/", 1)[1] for key in keys]
     for ax, (key, log, variant) in zip(flat, panels, strict=False):
-        _panel(ax, runs[variant], algos, key, log, f"{variant}: {key.split('/', 1)[1]}")
+        name = key.split("/", 1)[1]
+        _panel(ax, runs[variant], algos, key, log, f"{variant}: {key if names.count(name) > 1 else name}")
         if key == experiment.metric and experiment.threshold is not None:
             ax.axhline(experiment.threshold, color="grey", ls="--", lw=0.7)
+        _shortcut_line(ax, runs[variant], key)
     if mechanism:
         ax = flat[len(panels)]
         width = 0.8 / len(mechanism)

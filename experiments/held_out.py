@@ -30,6 +30,9 @@ and native error, the native error of samples at temperature 1, the share of gre
 format and the share of the most common greedy answer (1 for a constant policy)."""
 SHORTCUT = (("eval/shortcut_error", "exact"), ("eval/shortcut_native_error", "native"))
 """The best constant answer's held-out errors (the same at every evaluation)."""
+SHORTCUT_OF = {"eval/error": "eval/shortcut_error", "eval/native_error": "eval/shortcut_native_error"}
+"""The greedy answer's held-out error -> the best constant answer's error on the same prompts (the
+report's figure draws it as a dotted line)."""
 NATIVE = "eval/native_error"
 
 

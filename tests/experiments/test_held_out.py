@@ -54,3 +54,21 @@ def test_table_and_cells_without_evaluations():
     bare = {"task": {"tpo": Runs([0], {"eval/error": np.zeros((1, 3)), "eval/x": np.zeros((1, 3))})}}
     assert held_out(bare, [("task", "tpo")]) is None
     assert {key for key, _ in SHORTCUT} == {"eval/shortcut_error", "eval/shortcut_native_error"}
+
+
+def test_figure_draws_the_best_constant_on_the_error_panels():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.figures import _shortcut_line
+
+    fig, (native, sampled) = plt.subplots(1, 2)
+    cell = {"tpo": _cell(2, 0.9, 0.2)}
+    _shortcut_line(native, cell, "eval/native_error")
+    _shortcut_line(sampled, cell, "eval/sampled_native_error")
+    (line,) = native.get_lines()
+    assert line.get_ydata()[0] == pytest.approx(0.8) and line.get_label() == "best constant"
+    assert sampled.get_lines() == []
+    plt.close(fig)

@@ -92,6 +92,8 @@ class Experiment:
     :param log_panels: which of the figure rows use a log y-axis
     :param stored: further curves the report reads (keys, or prefixes ending in ``/`` or ``_``), e.g.
         MNIST's ``eval/mechanism_`` (Fig. 5b)
+    :param compared_variants: (variant, baseline variant) pairs whose methods the report sets against each
+        other (``experiments.settings``), e.g. a setting against the paper's
     """
 
     name: str
@@ -105,6 +107,7 @@ class Experiment:
     log_panels: tuple[bool, ...] = ()
     notes: str = ""
     stored: tuple[str, ...] = ()
+    compared_variants: tuple[tuple[str, str], ...] = ()
 
     @property
     def curves(self) -> tuple[str, ...]:

@@ -30,7 +30,8 @@ differ or that the page lacks and exits 1 if there is any;
   their report table;
 * ``report:<experiment>``: the table ``python -m experiments.report <experiment>`` prints (MNIST: with
   Fig. 5b's table), and ``pairwise:<experiment>`` its pairwise differences (without their legend, which
-  is ``pairwise-legend``), and ``held-out:<experiment>`` its held-out evaluations of the language-model
+  is ``pairwise-legend``), ``settings:<experiment>`` its setting differences (``experiments.settings``,
+  with their legend), and ``held-out:<experiment>`` its held-out evaluations of the language-model
   experiments (``experiments.held_out``).
 """
 
@@ -58,6 +59,7 @@ from experiments.report import (
     summarize,
 )
 from experiments.runs import load_runs
+from experiments.settings import setting_differences, settings_table
 
 DOC = "docs/results.md"
 """The page of the paper's results: every generated table but the language models'."""
@@ -309,6 +311,14 @@ def held_out_table_of(experiment: str, root: str | Path = RESULTS, files: list[S
     return held_out(runs, _ordered(definition, runs))
 
 
+def settings_of(experiment: str, root: str | Path = RESULTS, files: list[SeedFile] | None = None
+                ) -> list[dict[str, Any]]:
+    """The report's setting differences of ``experiment`` (``files``: of these seed files only)."""
+    definition = get_experiment(experiment)
+    runs = _runs(experiment, root, files)
+    return setting_differences(definition, runs, _ordered(definition, runs))
+
+
 def generate(results: str | Path = RESULTS, superseded: str | Path | None = SUPERSEDED,
              tracked_only: bool = True) -> dict[str, str]:
     """Every table by its marker name, from the seed files under ``results`` (and ``superseded``, where
@@ -330,6 +340,9 @@ def generate(results: str | Path = RESULTS, superseded: str | Path | None = SUPE
         pairs = pairwise_rows_table(experiment, results, files)
         if pairs is not None:
             tables[f"pairwise:{experiment}"] = pairs
+        settings = settings_of(experiment, results, files)
+        if settings:
+            tables[f"settings:{experiment}"] = settings_table(settings)
         evaluations = held_out_table_of(experiment, results, files)
         if evaluations is not None:
             tables[f"held-out:{experiment}"] = evaluations

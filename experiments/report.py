@@ -12,7 +12,9 @@ of seeds with final error at most tau) as a second figure, and the "pairwise dif
 variant holding TPO, TPO minus each other method of the final (difference of seed means) and of the
 per-seed crossing (difference of medians), each with its bootstrap 95% interval (the two methods'
 seeds resampled independently) and a two-sided Wilcoxon rank-sum p-value (``experiments.pairwise``;
-in the JSON under ``pairwise``); for the language-model experiments, the held-out evaluations before and
+in the JSON under ``pairwise``); where the experiment sets one variant against another
+(``compared_variants``), each method's difference between the two (``experiments.settings``; JSON
+``settings``); for the language-model experiments, the held-out evaluations before and
 after training beside the best constant answer (``experiments.held_out``; JSON ``held_out``). The
 tables are printed as Markdown and saved with the figures as
 ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default ``docs/figures`` for
@@ -51,6 +53,7 @@ from experiments.pairwise import pairwise, pairwise_table
 from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
 from experiments.profiles import draw_profiles, profiles
 from experiments.runs import Runs, load_runs
+from experiments.settings import setting_differences, settings_table
 
 MNIST_CHECKPOINT = 2000
 """Fig. 5b's "step-2,000 checkpoint" (Sec. 3.3): the evaluation labelled 2,000, taken after 2,200 steps."""
@@ -263,11 +266,14 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
     differences = pairwise(experiment, runs, order)
     if differences:
         text += f"\npairwise differences\n\n{pairwise_table(experiment, differences)}\n"
+    settings = setting_differences(experiment, runs, order)
+    if settings:
+        text += f"\nsetting differences\n\n{settings_table(settings)}\n"
     evaluations = held_out(runs, order)
     if evaluations:
         text += f"\nheld-out evaluations\n\n{evaluations}\n"
     summary = {"experiment": name, "paper": experiment.paper, "smoke": smoke, "rows": rows,
-               "mechanism": mechanism, "pairwise": differences}
+               "mechanism": mechanism, "pairwise": differences, "settings": settings}
     if evaluations:
         summary["held_out"] = {"rows": held_out_rows(runs, order),
                                "native_pairwise": native_pairwise(runs, order)}

@@ -10,7 +10,8 @@ batch (all K completions count).
   with B*K = 800 prompts and lr x sqrt(8), Sec. 3.6; the grouped methods are unchanged, so their
   interaction-matched cells are the prompt-matched runs); ``skip/H10`` (smoke: ``skip/H7``): TPO and GRPO
   prompt-matched with ``skip_batches_without_signal=True`` (no update on a batch in which no group carries
-  signal, instead of the optimizer's step on a zero gradient), against the ``prompts/H10`` cells.
+  signal, instead of the optimizer's step on a zero gradient), set against the ``prompts/H10`` cells by the
+  report (``compared_variants``).
 * ``ablations`` (Section 3.7, Fig. 9): TPO, TPO-no-anchor, Group PG, GRPO, GRPO (no KL) at H in {7, 8, 10}.
 """
 
@@ -48,6 +49,7 @@ def build_ablations(updates: int, smoke: bool) -> Grid:
 TERMINAL = Experiment(
     name="terminal", paper="Table 3, Fig. 8 (Section 3.6)", full=Size(20, 2000), smoke=Size(2, 20),
     build=build_terminal, threshold=0.05, log_panels=(False,),
+    compared_variants=(("skip/H10", "prompts/H10"), ("skip/H7", "prompts/H7")),
     notes="exact-match error; interaction-matched grouped cells = the prompt-matched runs (Sec. 3.6).",
 )
 ABLATIONS = Experiment(

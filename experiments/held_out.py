@@ -34,6 +34,10 @@ SHORTCUT_OF = {"eval/error": "eval/shortcut_error", "eval/native_error": "eval/s
 """The greedy answer's held-out error -> the best constant answer's error on the same prompts (the
 report's figure draws it as a dotted line)."""
 NATIVE = "eval/native_error"
+WITHOUT_SIGNAL = "update/train/zero_variance_frac"
+"""The share of training groups whose completions all scored the same (no signal for either method)."""
+WINDOW = 10
+"""Updates averaged at each end of training for :data:`WITHOUT_SIGNAL`."""
 
 
 def _evaluated(cell: Runs) -> bool:
@@ -42,7 +46,10 @@ def _evaluated(cell: Runs) -> bool:
 
 def held_out_rows(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """One row per (variant, method) of ``order`` that records every :data:`HELD_OUT` value: its seeds,
-    the evaluations' x (updates), and per value the seed means at the first and the last evaluation."""
+    the evaluations' x (updates), per value the seed means at the first and the last evaluation, and
+    where recorded the share of training groups without signal over the first and the last
+    :data:`WINDOW` updates (a policy that answers each prompt the same way every time has a share of 1,
+    and neither method learns from it)."""
     rows = []
     for variant, algo in order:
         cell = runs[variant][algo]
@@ -55,6 +62,9 @@ def held_out_rows(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str]]
             row[key] = [float(values[:, 0].mean()), float(values[:, -1].mean())]
         for key, _ in SHORTCUT:
             row[key] = float(cell.arrays[key][:, -1].mean())
+        if WITHOUT_SIGNAL in cell.arrays:
+            share = cell.arrays[WITHOUT_SIGNAL]
+            row[WITHOUT_SIGNAL] = [float(share[:, :WINDOW].mean()), float(share[:, -WINDOW:].mean())]
         rows.append(row)
     return rows
 
@@ -82,12 +92,14 @@ def _before_after(pair: list[float]) -> str:
 def held_out_table(rows: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> str:
     """``held_out_rows`` (and, where there are any, ``native_pairwise``'s rows) as Markdown."""
     head = ["variant", "method", "seeds", "updates", *(f"{name} (before → after)" for _, name in HELD_OUT),
-            "best constant: exact / native error"]
+            "best constant: exact / native error",
+            f"training groups without signal (first → last {WINDOW} updates)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["variant"], row["algo"], str(row["seeds"]), "{:.0f} → {:.0f}".format(*row["x"]),
                  *(_before_after(row[key]) for key, _ in HELD_OUT),
-                 " / ".join(f"{row[key]:.3f}" for key, _ in SHORTCUT)]
+                 " / ".join(f"{row[key]:.3f}" for key, _ in SHORTCUT),
+                 _before_after(row[WITHOUT_SIGNAL]) if WITHOUT_SIGNAL in row else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     if pairs:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.held_out import HELD_OUT, SHORTCUT, held_out, held_out_rows, native_pairwise
+from experiments.held_out import (
+    HELD_OUT,
+    SHORTCUT,
+    WITHOUT_SIGNAL,
+    held_out,
+    held_out_rows,
+    native_pairwise,
+)
 from experiments.runs import Runs
 
 
@@ -18,6 +25,7 @@ def _cell(seeds: int, first: float, last: float) -> Runs:
     arrays["eval/x"] = np.tile([0.0, 10.0, 20.0], (seeds, 1))
     arrays["eval/shortcut_error"] = np.full((seeds, 3), 0.9)
     arrays["eval/shortcut_native_error"] = np.full((seeds, 3), 0.8)
+    arrays[WITHOUT_SIGNAL] = np.tile(np.repeat([0.1, 0.5, 0.9], 10), (seeds, 1))  # 30 updates
     return Runs(list(range(seeds)), arrays)
 
 
@@ -31,6 +39,7 @@ def test_rows_hold_the_seed_means_before_and_after_and_the_shortcut():
         assert tpo[key] == pytest.approx([1.0, 0.3])  # seed offsets 0, 0.1, 0.2 average to 0.1
         assert grpo[key] == pytest.approx([0.95, 0.55])
     assert (tpo["eval/shortcut_error"], tpo["eval/shortcut_native_error"]) == pytest.approx((0.9, 0.8))
+    assert tpo[WITHOUT_SIGNAL] == pytest.approx([0.1, 0.9])  # the first and the last 10 updates
 
 
 def test_native_pairwise_is_tpo_minus_each_method_of_the_final_native_error():
@@ -49,10 +58,13 @@ def test_table_and_cells_without_evaluations():
     lines = text.splitlines()
     assert lines[0].startswith("| variant | method | seeds | updates | exact error (before → after) |")
     assert lines[2] == ("| task | tpo | 1 | 0 → 20 | " + "0.900 → 0.200 | " * len(HELD_OUT)
-                        + f"{0.9:.3f} / {0.8:.3f} |")
+                        + f"{0.9:.3f} / {0.8:.3f} | 0.100 → 0.900 |")
     assert "| task | tpo − grpo | 1 / 1 | -20.00 [-20.00, -20.00] | 1 | 1.00 |" in lines
     bare = {"task": {"tpo": Runs([0], {"eval/error": np.zeros((1, 3)), "eval/x": np.zeros((1, 3))})}}
     assert held_out(bare, [("task", "tpo")]) is None
+    untrained = _cell(1, 0.9, 0.2)
+    del untrained.arrays[WITHOUT_SIGNAL]
+    assert held_out({"task": {"tpo": untrained}}, [("task", "tpo")]).splitlines()[2].endswith("| – |")
     assert {key for key, _ in SHORTCUT} == {"eval/shortcut_error", "eval/shortcut_native_error"}
 
 

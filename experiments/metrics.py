@@ -18,7 +18,7 @@
   same percentile bootstrap over seeds as the rest of this module.
 * Two methods compared over their independent seeds: ``difference`` (a statistic of one method's seeds
   minus the other's) with ``bootstrap_difference`` (each method's seeds resampled on their own) and
-  ``rank_sum_test`` (two-sided Wilcoxon rank-sum / Mann-Whitney U p-value, normal approximation).
+  ``rank_sum_test`` (two-sided Wilcoxon rank-sum / Mann-Whitney U p-value, exact given the ties).
 * ``mechanism``: the MNIST "surplus" of an update direction over its scalar one-vs-rest surrogate
   (Fig. 5b, App. C).
 
@@ -222,33 +222,55 @@ def bootstrap_difference(a: np.ndarray, b: np.ndarray, statistic: Callable[..., 
     return _percentile_interval(resampled, level)
 
 
-def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """1-based ranks of ``values`` with ties at their average rank, and the size t of each tie group."""
+def _doubled_midranks(values: np.ndarray) -> np.ndarray:
+    """Twice the 1-based midranks of ``values`` (ties at their average rank, +inf last), as integers: a tie
+    group of t equal values holding ranks last - t + 1 .. last has midrank last - (t - 1) / 2, doubled
+    2 last - t + 1."""
     _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    last = np.cumsum(counts)  # a group of t equal values holds ranks last - t + 1 .. last
-    return (last - (counts - 1) / 2.0)[inverse], counts
+    last = np.cumsum(counts)
+    return (2 * last - counts + 1)[inverse].astype(np.int64)
+
+
+def _subset_sum_counts(values: np.ndarray, k: int) -> np.ndarray:
+    """counts[s]: how many of the C(N, k) k-element subsets of the N positive integers ``values`` (as
+    positions: equal values count apart) sum to s, for s = 0 .. the sum of the k largest values.
+
+    Dynamic programming over the values: with c_j[m, s] the number of m-element subsets of the first j
+    values that sum to s, c_j[m, s] = c_{j-1}[m, s] + c_{j-1}[m - 1, s - v_j]; counts = c_N[k]. In float64:
+    exact integers up to 2^53, beyond that rounded to a relative 1e-16 per addition.
+    """
+    top = int(np.sort(values)[len(values) - k:].sum())
+    table = np.zeros((k + 1, top + 1))
+    table[0, 0] = 1.0
+    for value in (int(v) for v in values):
+        table[1:, value:] = table[1:, value:] + table[:-1, : top + 1 - value]
+    return table[k]
 
 
 def rank_sum_test(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """Two-sided Wilcoxon rank-sum (Mann-Whitney U) test of two independent samples: (U, p).
+    """Two-sided Wilcoxon rank-sum (Mann-Whitney U) test of two independent samples: (U, p), p exact.
 
-    With R_a the sum of a's ranks in the pooled N = n_a + n_b values (ties: average rank, +inf ranks last),
-    U = R_a - n_a (n_a + 1) / 2, mu = n_a n_b / 2 and the tie-corrected variance
-    sigma^2 = n_a n_b / 12 * (N + 1 - sum_g (t_g^3 - t_g) / (N (N - 1))) over tie groups g of size t_g;
-    z = max(|U - mu| - 1/2, 0) / sigma (continuity correction) and p = 2 (1 - Phi(z)) = erfc(z / sqrt 2)
-    (``scipy.stats.mannwhitneyu(a, b, method="asymptotic")``). All values tied (sigma = 0): p = 1.
+    With R_a the sum of a's ranks in the pooled N = n_a + n_b values (ties: the midrank, their average
+    rank; +inf ranks last), U = R_a - n_a (n_a + 1) / 2. p is the exact permutation p-value given the
+    ties: over all C(N, n_a) equally likely ways to split the pooled midranks into n_a and n_b,
+    p = P(|R - E[R]| >= |R_a - E[R]|), E[R] = n_a (N + 1) / 2, with the distribution of R computed
+    exactly by ``_subset_sum_counts`` on the doubled midranks (integers, so the comparison needs no
+    tolerance). Taken over the smaller sample (its deviation from its mean is the other's, negated),
+    that costs N (min(n_a, n_b) + 1) (2 N min(n_a, n_b)) operations at most: milliseconds for 40 against
+    40 seeds, half a second for 100 against 100. Complete separation of 3 against 3 gives
+    p = 2 / C(6, 3) = 0.1, of 5 against 5 2 / C(10, 5) = 0.0079; all values tied (or an empty sample): p = 1.
     """
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     n_a, n_b = len(a), len(b)
-    n = n_a + n_b
-    ranks, ties = _average_ranks(np.concatenate([a, b]))
-    u = float(ranks[:n_a].sum() - n_a * (n_a + 1) / 2.0)
-    tie_term = float((ties**3 - ties).sum()) / (n * (n - 1)) if n > 1 else 0.0
-    variance = n_a * n_b / 12.0 * (n + 1 - tie_term)
-    if variance <= 0:
+    doubled = _doubled_midranks(np.concatenate([a, b]))
+    u = float(doubled[:n_a].sum() / 2.0 - n_a * (n_a + 1) / 2.0)
+    if min(n_a, n_b) == 0:
         return u, 1.0
-    z = max(abs(u - n_a * n_b / 2.0) - 0.5, 0.0) / math.sqrt(variance)
-    return u, min(1.0, math.erfc(z / math.sqrt(2.0)))
+    k, observed = (n_a, int(doubled[:n_a].sum())) if n_a <= n_b else (n_b, int(doubled[n_a:].sum()))
+    counts = _subset_sum_counts(doubled, k)
+    mean = k * (n_a + n_b + 1)  # E[2 R] over k of the doubled midranks, whose total is N (N + 1)
+    extreme = np.abs(np.arange(len(counts)) - mean) >= abs(observed - mean)
+    return u, min(1.0, float(counts[extreme].sum() / counts.sum()))
 
 
 def outside(value: float | None, interval: tuple[float, float]) -> bool:

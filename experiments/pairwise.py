@@ -11,10 +11,11 @@ cell (variant) that holds TPO, TPO against each other method of the cell, over t
 
 Each with its percentile-bootstrap 95% interval (``bootstrap_difference``: the two methods' seeds
 resampled independently, fixed generator seed), the two-sided Wilcoxon rank-sum (Mann-Whitney U)
-p-value (``rank_sum_test``: normal approximation, tie and continuity corrections; never ranks after
-every crossing, tied with the other nevers) and the chance that a TPO seed's value is the lower of a
-(TPO, method) pair of seeds, ties half (1 - U / (n_TPO n_method)): the direction of the test, which
-compares ranks, not means, and can disagree with the sign of the difference.
+p-value (``rank_sum_test``: exact, the permutation distribution of the sum of midranks over every split
+of the pooled seeds, ties at their midrank; never ranks after every crossing, tied with the other nevers)
+and the chance that a TPO seed's value is the lower of a (TPO, method) pair of seeds, ties half
+(1 - U / (n_TPO n_method)): the direction of the test, which compares ranks, not means, and can disagree
+with the sign of the difference.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ REFERENCE = "tpo"
 """The method every other one is compared with."""
 PAIRWISE_LEGEND = (
     "TPO − method over independent seeds (negative: TPO lower); [95%]: percentile bootstrap, each "
-    "method's seeds resampled on their own; p: two-sided Wilcoxon rank-sum (Mann–Whitney U), normal "
-    "approximation with tie and continuity corrections; P(TPO lower): the chance that a TPO seed's "
-    "value is below a method seed's (ties count half; 1 - U / (n_TPO n_method)), the direction the "
-    "test measures. final: difference of the seed means of the last point. per-seed steps: difference "
-    "of the medians of each seed's own first crossing (never = +inf, ranked after every crossing; "
-    "never − never = 0; ±inf: one median is never).")
+    "method's seeds resampled on their own; p: two-sided Wilcoxon rank-sum (Mann–Whitney U), exact: "
+    "P(|R − E[R]| ≥ observed) for the sum R of TPO's midranks (ties at their average rank) over every "
+    "split of the pooled seeds; P(TPO lower): the chance that a TPO seed's value is below a method "
+    "seed's (ties count half; 1 - U / (n_TPO n_method)), the direction the test measures. final: "
+    "difference of the seed means of the last point. per-seed steps: difference of the medians of each "
+    "seed's own first crossing (never = +inf, ranked after every crossing; never − never = 0; ±inf: one "
+    "median is never).")
 
 
 def compare(a: np.ndarray, b: np.ndarray, statistic: Callable[..., Any] = np.mean) -> dict[str, Any]:

@@ -9,7 +9,8 @@ f = the mean of its last ``WINDOW`` episodes' exact-match error:
 
 * seeds with f below 5%, ours and the reference's;
 * mean(f_ours) - mean(f_reference) with a 95% bootstrap interval (each side's seeds resampled on their
-  own) and the two-sided Wilcoxon rank-sum p of the two sets of f (:func:`experiments.metrics.rank_sum_test`);
+  own) and the two-sided Wilcoxon rank-sum p of the two sets of f, exact
+  (:func:`experiments.metrics.rank_sum_test`);
 * the seed-mean error at a few episodes.
 """
 

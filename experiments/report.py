@@ -11,15 +11,15 @@ interquartile mean (IQM) of the seeds' finals with its interval, and the perform
 of seeds with final error at most tau) as a second figure, and the "pairwise differences": in every
 variant holding TPO, TPO minus each other method of the final (difference of seed means) and of the
 per-seed crossing (difference of medians), each with its bootstrap 95% interval (the two methods'
-seeds resampled independently) and a two-sided Wilcoxon rank-sum p-value (``experiments.pairwise``;
-in the JSON under ``pairwise``); where the experiment sets one variant against another
-(``compared_variants``), each method's difference between the two (``experiments.settings``; JSON
-``settings``); for the language-model experiments, the held-out evaluations before and
-after training beside the best constant answer (``experiments.held_out``; JSON ``held_out``). The
-tables are printed as Markdown and saved with the figures as
-``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default ``docs/figures`` for
-the committed and the smoke results, ``<out>/figures`` for any other ``--out`` (a report of other runs
-never overwrites the documented figures).
+seeds resampled independently) and a two-sided Wilcoxon rank-sum p-value, exact given the ties
+(``experiments.metrics.rank_sum_test``; ``experiments.pairwise``; in the JSON under ``pairwise``); where
+the experiment sets one variant against another (``compared_variants``), each method's difference
+between the two (``experiments.settings``; JSON ``settings``); for the language-model experiments,
+the held-out evaluations before and after training beside the best constant answer
+(``experiments.held_out``; JSON ``held_out``). The tables are printed as Markdown and saved with the
+figures as ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default
+``docs/figures`` for the committed and the smoke results, ``<out>/figures`` for any other ``--out`` (a
+report of other runs never overwrites the documented figures).
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 SETTINGS_LEGEND = (
     "variant − baseline, the same method, over independent seeds (negative: the variant lower); [95%]: "
-    "percentile bootstrap, each side's seeds resampled on their own; p: two-sided Wilcoxon rank-sum; "
-    "P(variant lower): the chance that a variant seed's final is below a baseline seed's (ties half). "
-    "Batches without signal: updates whose batch error is exactly 0 or 1 (no group carries signal under "
-    "binary rewards), mean per seed.")
+    "percentile bootstrap, each side's seeds resampled on their own; p: two-sided Wilcoxon rank-sum, exact "
+    "(ties at their midrank); P(variant lower): the chance that a variant seed's final is below a baseline "
+    "seed's (ties half). Batches without signal: updates whose batch error is exactly 0 or 1 (no group "
+    "carries signal under binary rewards), mean per seed.")
 
 
 def batches_without_signal(curves: np.ndarray) -> np.ndarray:

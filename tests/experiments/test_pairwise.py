@@ -1,8 +1,9 @@
 """Two methods compared over their independent seeds (experiments/metrics.py, experiments/pairwise.py,
-experiments/report.py): the difference with its bootstrap interval and the rank-sum test."""
+experiments/report.py): the difference with its bootstrap interval and the exact rank-sum test."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -16,28 +17,51 @@ from experiments.pairwise import compare, pairwise
 from experiments.report import _ordered, load_runs, report
 
 
-def test_rank_sum_test_matches_a_hand_computed_example_without_ties():
-    # ranks of a: 1, 2, 3, so U = 6 - 3 * 4 / 2 = 0; mu = 9 / 2, sigma^2 = 9 / 12 * 7 = 5.25
-    u, p = rank_sum_test(np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0]))
-    assert u == 0.0
-    assert p == pytest.approx(math.erfc((4.5 - 0.5) / math.sqrt(5.25) / math.sqrt(2)))
-    assert p == pytest.approx(0.08086, abs=1e-5)
+def _brute_force_p(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sided exact p by listing every split of the pooled midranks into len(a) and len(b)."""
+    pooled = np.concatenate([a, b])
+    ranks = np.array([(pooled < v).sum() + ((pooled == v).sum() + 1) / 2 for v in pooled])
+    mean = len(a) * (len(pooled) + 1) / 2
+    observed = abs(ranks[: len(a)].sum() - mean)
+    splits = list(itertools.combinations(range(len(pooled)), len(a)))
+    return sum(abs(ranks[list(split)].sum() - mean) >= observed - 1e-9 for split in splits) / len(splits)
+
+
+@pytest.mark.parametrize(("n", "p"), [(3, 2 / 20), (5, 2 / 252), (20, 2 / math.comb(40, 20))])
+def test_complete_separation_gives_two_of_all_the_splits(n, p):
+    # only the observed split and its mirror image are as extreme: p = 2 / C(2n, n)
+    low, high = np.arange(n, dtype=np.float64), np.arange(n, 2 * n, dtype=np.float64)
+    u, exact = rank_sum_test(low, high)
+    assert u == 0.0 and exact == pytest.approx(p, rel=1e-12)
+    assert rank_sum_test(high, low) == (n * n, exact)
 
 
 def test_rank_sum_test_matches_a_hand_computed_example_with_ties():
-    # pooled 1, 2, 2, 2, 3: ranks 1, 3, 3, 3, 5; R_a = 7, U = 7 - 6 = 1, mu = 3; one tie group of 3:
-    # sigma^2 = 6 / 12 * (6 - (27 - 3) / (5 * 4)) = 2.4
+    # pooled 1, 2, 2, 2, 3: midranks 1, 3, 3, 3, 5; R_a = 7, U = 7 - 6 = 1, E[R_a] = 9, |7 - 9| = 2. Of the
+    # 10 splits, a = {2, 2, 2} (R = 9, once) and a = {1, 2, 3} (R = 9, three times) deviate by 0, the
+    # other 6 by 2: p = 6 / 10
     u, p = rank_sum_test(np.array([1.0, 2.0, 2.0]), np.array([2.0, 3.0]))
-    assert u == 1.0
-    assert p == pytest.approx(math.erfc((2 - 0.5) / math.sqrt(2.4) / math.sqrt(2)))
-    assert p == pytest.approx(0.33292, abs=1e-5)
+    assert (u, p) == (1.0, pytest.approx(0.6))
+    assert p == _brute_force_p(np.array([1.0, 2.0, 2.0]), np.array([2.0, 3.0]))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rank_sum_test_agrees_with_every_split_listed(seed):
+    rng = np.random.default_rng(seed)
+    n_a, n_b = rng.integers(1, 8, size=2)
+    a, b = (rng.integers(0, 3, size=n).astype(np.float64) for n in (n_a, n_b))  # values of {0, 1, 2}: ties
+    p = rank_sum_test(a, b)[1]
+    assert 0 < p <= 1 and p == pytest.approx(_brute_force_p(a, b), rel=1e-12)
+    assert rank_sum_test(b, a)[1] == pytest.approx(p, rel=1e-12)
 
 
 def test_rank_sum_test_is_one_for_identical_samples_and_symmetric():
     values = np.array([0.3, 0.1, 0.2, 0.2, 0.5])
     assert rank_sum_test(values, values)[1] == 1.0
     assert rank_sum_test(values, values[::-1])[1] == 1.0
-    assert rank_sum_test(np.full(4, 0.7), np.full(3, 0.7)) == (6.0, 1.0)  # all tied: sigma = 0
+    assert rank_sum_test(np.full(4, 0.7), np.full(3, 0.7)) == (6.0, 1.0)  # all tied
+    assert rank_sum_test(np.array([0.0, 0.0, 0.0]), np.array([0.0, 0.0, 0.5]))[1] == 1.0  # every split as far
+    assert rank_sum_test(np.array([]), np.array([1.0, 2.0])) == (0.0, 1.0)
     a, b = np.random.default_rng(0).normal(size=(2, 9))
     u_ab, p_ab = rank_sum_test(a, b)
     u_ba, p_ba = rank_sum_test(b, a)
@@ -48,18 +72,17 @@ def test_rank_sum_test_ranks_never_after_every_crossing_and_ties_the_nevers():
     crossings = np.array([10.0, 20.0, 30.0])
     # the ranks of 10, 20, 30 against 40, 40, 40 (a group of 3 ties): U = 0
     assert rank_sum_test(crossings, np.full(3, math.inf)) == rank_sum_test(crossings, np.full(3, 40.0))
-    assert rank_sum_test(crossings, np.full(3, math.inf))[0] == 0.0
+    assert rank_sum_test(crossings, np.full(3, math.inf)) == (0.0, pytest.approx(0.1))
     assert rank_sum_test(np.full(3, math.inf), np.full(3, math.inf))[1] == 1.0
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_rank_sum_test_agrees_with_scipy(seed):
+@pytest.mark.parametrize("seed", range(3))
+def test_rank_sum_test_agrees_with_scipys_exact_test_without_ties(seed):
     stats = pytest.importorskip("scipy.stats")
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 6, size=7 + seed).astype(np.float64)  # small integers: many ties
-    b = rng.integers(1, 7, size=12 - seed).astype(np.float64)
-    expected = stats.mannwhitneyu(a, b, method="asymptotic")
-    assert rank_sum_test(a, b) == pytest.approx((expected.statistic, expected.pvalue))
+    a, b = np.random.default_rng(seed).normal(size=(2, 12))
+    b = b[: 7 + seed] + 0.5
+    expected = stats.mannwhitneyu(a, b, method="exact")
+    assert rank_sum_test(a, b) == pytest.approx((expected.statistic, expected.pvalue), rel=1e-9)
 
 
 def test_a_known_difference_lies_in_its_interval_and_separated_samples_have_a_small_p():

@@ -120,6 +120,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         groups. False (the paper's reference code and TRL): the optimizer steps on the batch's exactly
         zero gradient, which moves the parameters only by the optimizer's momentum. Not with
         ``kl_coef`` (the KL to the reference model has a gradient there) nor with ``n_seeds > 1``.
+    :param max_grad_norm: clip the gradient's global L2 norm to this value before each optimizer step
+        (``g <- g min(1, c / ||g||)``, as TRL's trainers do with 1.0; ``train/grad_norm`` logs the norm
+        before clipping); None (the paper's reference code): no clipping. Not with ``n_seeds > 1``.
     :param mode_kwargs: extra settings of the collection mode (text mode: ``sample_every``).
     :param env_kwargs: keyword arguments of the env when ``env`` is an id.
     :param monitor_dir: write one ``monitor.csv`` row per collected episode into this folder.
@@ -187,6 +190,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         baseline: str | float = "batch_mean",
         kl_coef: float = 0.0,
         skip_batches_without_signal: bool = False,
+        max_grad_norm: float | None = None,
         mode_kwargs: dict[str, Any] | None = None,
         env_kwargs: dict[str, Any] | None = None,
         monitor_dir: str | None = None,
@@ -218,6 +222,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.baseline = baseline
         self.kl_coef = kl_coef
         self.skip_batches_without_signal = skip_batches_without_signal
+        self.max_grad_norm = max_grad_norm
         #: Batches collected in which no group carried signal (``train/batches_without_signal``).
         self.batches_without_signal = 0
         #: The class that saved a zip (``load`` refuses a zip of another class, see :func:`check_saved_by`).
@@ -347,6 +352,11 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             raise checks.HyperparameterError(
                 "skip_batches_without_signal", True, "False with kl_coef > 0 or n_seeds > 1 (a population "
                 "updates its members together; the reference KL has a gradient on any batch)")
+        if self.max_grad_norm is not None:
+            checks.check_positive("max_grad_norm", self.max_grad_norm)
+            if self.n_seeds > 1:
+                raise checks.HyperparameterError("max_grad_norm", self.max_grad_norm,
+                                                 "None with n_seeds > 1 (one norm would mix the members)")
 
     def _setup_model(self) -> None:
         if self._env_source is not None:

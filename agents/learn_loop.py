@@ -154,6 +154,8 @@ class GroupAlgorithm(GroupBaseAlgorithm):
                 if diagnostics:
                     stats["grad_norm"] = _global_grad_norm(self.policy.parameters(), self.n_seeds)
                 first_stats = stats
+            if self.max_grad_norm is not None:
+                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
         seconds = max(time.perf_counter() - start, 1e-9)  # the epochs' forwards, backwards and steps
         if diagnostics:

@@ -31,8 +31,9 @@ differ or that the page lacks and exits 1 if there is any;
 * ``report:<experiment>``: the table ``python -m experiments.report <experiment>`` prints (MNIST: with
   Fig. 5b's table), and ``pairwise:<experiment>`` its pairwise differences (without their legend, which
   is ``pairwise-legend``), ``settings:<experiment>`` its setting differences (``experiments.settings``,
-  with their legend), and ``held-out:<experiment>`` its held-out evaluations of the language-model
-  experiments (``experiments.held_out``).
+  with their legend), ``held-out:<experiment>`` its held-out evaluations of the language-model
+  experiments (``experiments.held_out``) and ``lr-grid:<experiment>`` the learning-rate grid of the
+  language-model study with the rate chosen per task and method (``experiments.lr_choice``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any
 from experiments.core import RESULTS, load_seed
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.held_out import held_out
+from experiments.lr_choice import lr_grid
 from experiments.pairwise import PAIRWISE_LEGEND, pairwise, pairwise_table
 from experiments.report import (
     MNIST_CHECKPOINT,
@@ -346,6 +348,9 @@ def generate(results: str | Path = RESULTS, superseded: str | Path | None = SUPE
         evaluations = held_out_table_of(experiment, results, files)
         if evaluations is not None:
             tables[f"held-out:{experiment}"] = evaluations
+        grid = lr_grid(_runs(experiment, results, files))
+        if grid is not None:
+            tables[f"lr-grid:{experiment}"] = grid
     return tables
 
 

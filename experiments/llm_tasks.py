@@ -3,9 +3,10 @@ measure reasoning-gym tasks for a language-model study before training on them (
 
 For each task (a preset of :data:`CANDIDATES`, or ``dataset[:key=value[:key=value...]]`` with the
 dataset's reasoning-gym config keys; values are Python literals, e.g.
-``basic_arithmetic:min_terms=2:operators=('+',)``), on the first ``--prompts`` items of the env's eval
-split (``TPO/ReasoningGym-v0``'s ``split="eval"``: dataset seed 0, 1,000 train and 200 eval items unless
-the task sets ``size``, ``eval_size`` or ``seed``):
+``basic_arithmetic:min_terms=2:operators=('+',)``), on the first ``--prompts`` items of the env's
+validation split (``TPO/ReasoningGym-v0``'s ``split="validation"``, which shares no question with the
+train split: dataset seed 0, 1,000 train items and 200 items in each held-out split unless the task sets
+``size``, ``eval_size`` or ``seed``; :mod:`tpo_gym.envs.splits`):
 
 * the base model, prompted as the zoo prompts it (``zoo_configs/<algo>.yml``, entry ``--env-id``: system
   prompt, prefill, stop string, ``max_new_tokens``, temperature; ``--config key:value`` overrides a
@@ -20,7 +21,9 @@ the task sets ``size``, ``eval_size`` or ``seed``):
   the best constant answer on the train split (:func:`best_constant` over :func:`candidate_answers`: the
   most frequent distinct train answers and each answer length's position-wise modal string, a lower
   bound on the best of all strings) and its score on the same held-out prompts: the shortcut a policy
-  can learn without the skill; and the entropy (bits) and modal share of the train split's answers.
+  can learn without the skill, chosen as a user would, on the training data only; beside it the best
+  constant of the held-out prompts themselves (chosen on them, :func:`held_out_constant`: what no
+  constant beats there); and the entropy (bits) and modal share of the train split's answers.
 
 It prints one Markdown table (a row per task). ``--threads`` torch threads (default 1).
 """
@@ -47,7 +50,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
                              "allow_negation": False},
     "chain_sum_2x1": {"dataset": "chain_sum", "min_terms": 2, "max_terms": 2, "min_digits": 1,
                       "max_digits": 1},
-    "spell_backward_3": {"dataset": "spell_backward", "min_word_len": 3, "max_word_len": 3},
+    "spell_backward_3": {"dataset": "spell_backward", "min_word_len": 3, "max_word_len": 3, "eval_size": 128},
     "spell_backward_4": {"dataset": "spell_backward", "min_word_len": 4, "max_word_len": 4},
     "word_sequence_reversal_2": {"dataset": "word_sequence_reversal", "min_words": 2, "max_words": 2},
     "word_sequence_reversal_3": {"dataset": "word_sequence_reversal", "min_words": 3, "max_words": 3},
@@ -55,15 +58,21 @@ CANDIDATES: dict[str, dict[str, Any]] = {
                        "max_word_length": 6},
     "letter_jumble_3w": {"dataset": "letter_jumble", "min_words": 3, "max_words": 3, "min_word_len": 3,
                          "max_word_len": 6, "min_corruption_level": 0.1, "max_corruption_level": 0.3},
+    "basic_arithmetic_add_2d": {"dataset": "basic_arithmetic", "min_terms": 2, "max_terms": 2,
+                                "min_digits": 1, "max_digits": 2, "operators": ("+",),
+                                "allow_parentheses": False, "allow_negation": False},
+    "chain_sum_2x2": {"dataset": "chain_sum", "min_terms": 2, "max_terms": 2, "min_digits": 1,
+                      "max_digits": 2},
     "gcd_small": {"dataset": "gcd", "min_value": 1, "max_value": 30},
+    "gcd_60": {"dataset": "gcd", "min_value": 1, "max_value": 60},
     "count_bits_small": {"dataset": "count_bits", "min_n": 1, "max_n": 63},
+    "count_bits_1023": {"dataset": "count_bits", "min_n": 1, "max_n": 1023, "eval_size": 64},
 }
-"""Named task configurations (the env's kwargs without ``reward``), measured in docs/llm.md."""
+"""Named task configurations (the env's kwargs without ``reward``), measured in docs/llm.md; ``eval_size``
+where the question space holds fewer than the default 200 questions per held-out split."""
 
 ENV_ID = "TPO/ReasoningGym-v0"
 """The zoo entry whose prompt settings the measurement uses by default."""
-SHORTCUT_TRAIN_ITEMS = 500
-"""Train items on which :func:`shortcut` chooses the constant answer."""
 SHORTCUT_CANDIDATES = 200
 """Most frequent distinct train answers :func:`shortcut` tries (besides the position-wise modal strings)."""
 
@@ -154,31 +163,45 @@ def best_constant(task: Any, contexts: np.ndarray, candidates: Sequence[str]
     return best
 
 
-def shortcut(env_kwargs: dict[str, Any], contexts: np.ndarray, max_train: int = SHORTCUT_TRAIN_ITEMS,
+def _constant_candidates(task: Any, contexts: np.ndarray, max_candidates: int) -> list[str]:
+    """:func:`candidate_answers` of the answers of ``contexts`` of ``task``, the most frequent distinct
+    ones cut to ``max_candidates`` (the position-wise modal strings all kept)."""
+    answers = [str(task.entry(c)["answer"]) for c in contexts]
+    distinct = len(set(answers))
+    candidates = candidate_answers(answers)
+    return candidates[:min(max_candidates, distinct)] + candidates[distinct:]
+
+
+def shortcut(env_kwargs: dict[str, Any], contexts: np.ndarray, split: str = "validation",
              max_candidates: int = SHORTCUT_CANDIDATES) -> dict[str, tuple[str, float]]:
     """The shortcut of a task: for each reward, the constant answer a policy could learn from the train
-    split without the skill, and its score on the eval-split ``contexts``.
+    split without the skill, and its score on ``contexts`` of the held-out ``split``.
 
-    The constant is :func:`best_constant` on the first ``max_train`` train items over
-    :func:`candidate_answers` of their answers (the ``max_candidates`` most frequent distinct answers and
-    the position-wise modal strings); its score is then measured on ``contexts`` of the eval split, so it
-    is not fitted to the held-out prompts. ``{"binary": (answer, score), "native": (answer, score)}``.
+    The constant is :func:`best_constant` on every train item over :func:`candidate_answers` of their
+    answers (the ``max_candidates`` most frequent distinct answers and the position-wise modal strings),
+    chosen on the training data only, as a user would; its score is then measured on the held-out
+    ``contexts``. ``{"binary": (answer, score), "native": (answer, score)}``.
     """
     from tpo_gym.envs.text import SUCCESS_THRESHOLD
 
-    train, held_out = split_task(env_kwargs, "train"), split_task(env_kwargs, "eval")
-    train_contexts = np.arange(min(max_train, train.num_items))
-    answers = [str(train.entry(c)["answer"]) for c in train_contexts]
-    distinct = len(set(answers))
-    candidates = candidate_answers(answers)
-    candidates = candidates[:min(max_candidates, distinct)] + candidates[distinct:]
-    chosen = best_constant(train, train_contexts, candidates)
+    train, held_out = split_task(env_kwargs, "train"), split_task(env_kwargs, split)
+    train_contexts = np.arange(train.num_items)
+    chosen = best_constant(train, train_contexts, _constant_candidates(train, train_contexts, max_candidates))
     result = {}
     for reward, (answer, _) in chosen.items():
         native = constant_scores(held_out, contexts, answer)
         result[reward] = (answer, float((native >= SUCCESS_THRESHOLD).mean() if reward == "binary"
                                         else native.mean()))
     return result
+
+
+def held_out_constant(env_kwargs: dict[str, Any], contexts: np.ndarray, split: str = "validation",
+                      max_candidates: int = SHORTCUT_CANDIDATES) -> dict[str, tuple[str, float]]:
+    """The best constant answer of the held-out prompts themselves: :func:`best_constant` on ``contexts``
+    of ``split`` over the candidates of their own answers; fitted to those prompts, it bounds what any
+    constant scores there (where the :func:`shortcut` chosen on the train split may fall short)."""
+    held_out = split_task(env_kwargs, split)
+    return best_constant(held_out, contexts, _constant_candidates(held_out, contexts, max_candidates))
 
 
 # ------------------------------------------------------------------------------------------- sampling
@@ -290,8 +313,8 @@ def build_policy(policy_kwargs: dict[str, Any]) -> Any:
     return LLMPolicy(spaces.Text(1), spaces.Text(1), lambda _: 0.0, **policy_kwargs)
 
 
-def split_task(env_kwargs: dict[str, Any], split: str = "eval") -> Any:
-    """A split (``"train"`` or ``"eval"``) of the env ``env_kwargs`` describe, as a
+def split_task(env_kwargs: dict[str, Any], split: str = "validation") -> Any:
+    """A split (``"train"``, ``"validation"`` or ``"test"``) of the env ``env_kwargs`` describe, as a
     :class:`tpo_gym.envs.text.ReasoningGymTask` scored natively (their ``reward`` and ``split`` are
     ignored)."""
     from tpo_gym.envs.text import ReasoningGymTask
@@ -302,15 +325,15 @@ def split_task(env_kwargs: dict[str, Any], split: str = "eval") -> Any:
 
 def measure(policy: Any, label: str, env_kwargs: dict[str, Any], n_prompts: int, n_samples: int,
             seed: int = 0, batch_rows: int = 64) -> dict[str, Any]:
-    """One row of the table: the base model's scores on the first ``n_prompts`` eval items of the task
-    ``env_kwargs`` describe and the task's shortcut (module docstring)."""
+    """One row of the table: the base model's scores on the first ``n_prompts`` validation items of the
+    task ``env_kwargs`` describe and the task's shortcut (module docstring)."""
     import torch
 
     start = time.perf_counter()
-    task = split_task(env_kwargs, "eval")
+    task = split_task(env_kwargs, "validation")
     if not 1 <= n_prompts <= task.num_items:
-        raise ValueError(f"--prompts {n_prompts}: the eval split of {label!r} has {task.num_items} items; "
-                         "use 1..that (or set eval_size)")
+        raise ValueError(f"--prompts {n_prompts}: the validation split of {label!r} has {task.num_items} "
+                         "items; use 1..that (or set eval_size)")
     contexts = np.arange(n_prompts)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -318,16 +341,19 @@ def measure(policy: Any, label: str, env_kwargs: dict[str, Any], n_prompts: int,
     from tpo_gym.envs.text import SUCCESS_THRESHOLD
 
     correct = native >= SUCCESS_THRESHOLD
-    answers = [str(task.dataset[i]["answer"]) for i in range(task.offset)]  # the train split's
+    train = split_task(env_kwargs, "train")
+    answers = [str(train.entry(i)["answer"]) for i in range(train.num_items)]
     counts = Counter(answers)
     constant = shortcut(env_kwargs, contexts)
+    own = held_out_constant(env_kwargs, contexts)
     config = {k: v for k, v in env_kwargs.items() if k != "dataset"}
     return {"task": label, "dataset": env_kwargs["dataset"], "config": config, "prompts": n_prompts,
             "samples": n_samples, "pass@1": mean_pass_at_k(correct, 1),
             f"pass@{n_samples}": mean_pass_at_k(correct, n_samples), "native": float(native.mean()),
             "signal_binary": signal_share(correct.astype(np.float64)), "signal_native": signal_share(native),
             "format_rate": float(format_ok.mean()), "constant_binary": constant["binary"],
-            "constant_native": constant["native"], "entropy_bits": answer_entropy(answers),
+            "constant_native": constant["native"], "own_constant_binary": own["binary"],
+            "entropy_bits": answer_entropy(answers),
             "mode_share": counts.most_common(1)[0][1] / len(answers), "seconds": time.perf_counter() - start}
 
 
@@ -338,7 +364,9 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     k = rows[0]["samples"]
     head = ["task", "reasoning-gym config", "prompts x samples", "pass@1 (= mean binary)", f"pass@{k}",
             "mean native", "prompts with signal (binary / native)", "format rate",
-            "best constant, binary: answer (score)", "best constant, native: answer (score)",
+            "best constant of train, binary: answer (score)",
+            "best constant of train, native: answer (score)",
+            "held-out prompts' own best constant, binary",
             "train answers: entropy (bits), modal share", "seconds"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -349,6 +377,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
                  f"{row['pass@1']:.3f}", f"{pass_k:.3f}", f"{row['native']:.3f}",
                  f"{row['signal_binary']:.0%} / {row['signal_native']:.0%}", f"{row['format_rate']:.0%}",
                  f"{_constant(row['constant_binary'])}", f"{_constant(row['constant_native'])}",
+                 f"{_constant(row['own_constant_binary'])}",
                  f"{row['entropy_bits']:.2f}, {row['mode_share']:.0%}", f"{row['seconds']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -341,8 +341,10 @@ RECORDERS: dict[str, type[CurveRecorder]] = {
 
 class LLMEvalRecorder(CurveRecorder):
     """Language models (docs/llm.md, ``llm_study``): the training curves plus held-out evaluations on the
-    first ``n_prompts`` items of the eval split of the run's task (``env_kwargs``, scored natively) before
-    the first update and after every ``eval_every`` updates, stored at x = the updates done.
+    first ``n_prompts`` items of the held-out ``split`` (``"validation"`` to choose settings, ``"test"`` to
+    report; neither shares a question with the train split) of the run's task (``env_kwargs``, scored
+    natively) before the first update and after every ``eval_every`` updates, stored at x = the updates
+    done.
 
     Each evaluation records ``error`` (1 - exact-match accuracy of one greedy completion per prompt),
     ``native_error`` (1 - its mean native, partial-credit score), ``format_rate``, ``mode_frac`` (the share
@@ -351,27 +353,34 @@ class LLMEvalRecorder(CurveRecorder):
     same of ``n_samples`` completions per prompt at the policy's temperature; pass@1 at T), the shortcut's
     ``shortcut_error`` and ``shortcut_native_error`` (1 - the score of the best constant answer of the
     train split on the same prompts, :func:`experiments.llm_tasks.shortcut`; the same at every
-    evaluation) and ``seconds``. Generation runs in evaluation mode with torch's RNG seeded with ``seed``
-    and restored afterwards, so evaluating changes neither the training run's samples nor its prompts.
+    evaluation), ``own_constant_error`` and ``own_constant_native_error`` (the same of the best constant
+    of these prompts themselves, :func:`experiments.llm_tasks.held_out_constant`) and ``seconds``.
+    Generation runs in evaluation mode with torch's RNG seeded with ``seed`` and restored afterwards,
+    so evaluating changes neither the training run's samples nor its prompts.
     Single runs only (an LLM policy has no populations)."""
 
     def __init__(self, env_kwargs: dict[str, Any], eval_every: int, n_prompts: int, n_samples: int = 0,
-                 seed: int = 0, batch_rows: int = 64) -> None:
+                 seed: int = 0, batch_rows: int = 64, split: str = "test") -> None:
         super().__init__()
-        from experiments.llm_tasks import shortcut, split_task
+        from experiments.llm_tasks import held_out_constant, shortcut, split_task
+        from tpo_gym.envs.splits import HELD_OUT_SPLITS
 
         for name, value, low in (("eval_every", eval_every, 1), ("n_prompts", n_prompts, 1),
                                  ("n_samples", n_samples, 0), ("batch_rows", batch_rows, 1)):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"LLMEvalRecorder: {name}={value!r}; use an integer >= {low}")
-        self.task = split_task(env_kwargs, "eval")
+        if split not in HELD_OUT_SPLITS:
+            raise ValueError(f"LLMEvalRecorder: split={split!r}; use one of {', '.join(HELD_OUT_SPLITS)}")
+        self.task = split_task(env_kwargs, split)
         if n_prompts > self.task.num_items:
-            raise ValueError(f"LLMEvalRecorder: n_prompts={n_prompts} is more than the eval split's "
+            raise ValueError(f"LLMEvalRecorder: n_prompts={n_prompts} is more than the {split} split's "
                              f"{self.task.num_items} items (eval_size)")
         self.contexts = np.arange(n_prompts)
         self.eval_every, self.n_samples, self.seed, self.batch_rows = eval_every, n_samples, seed, batch_rows
-        self.shortcut = shortcut(env_kwargs, self.contexts)
+        self.shortcut = shortcut(env_kwargs, self.contexts, split)
         """``{"binary": (answer, score), "native": (answer, score)}`` on the held-out prompts."""
+        self.own_constant = held_out_constant(env_kwargs, self.contexts, split)
+        """The same for the best constant of the held-out prompts themselves."""
 
     def _on_training_start(self) -> None:
         if self.n_members != 1:
@@ -412,7 +421,9 @@ class LLMEvalRecorder(CurveRecorder):
                   "mode_frac": modal,
                   "shortcut_frac": given.count(self.shortcut["binary"][0]) / len(given),
                   "shortcut_error": 1 - self.shortcut["binary"][1],
-                  "shortcut_native_error": 1 - self.shortcut["native"][1]}
+                  "shortcut_native_error": 1 - self.shortcut["native"][1],
+                  "own_constant_error": 1 - self.own_constant["binary"][1],
+                  "own_constant_native_error": 1 - self.own_constant["native"][1]}
         if sampled is not None:
             values["sampled_error"] = float(1 - (sampled >= SUCCESS_THRESHOLD).mean())
             values["sampled_native_error"] = float(1 - sampled.mean())

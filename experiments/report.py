@@ -16,8 +16,9 @@ seeds resampled independently) and a two-sided Wilcoxon rank-sum p-value, exact 
 the experiment sets one variant against another (``compared_variants``), each method's difference
 between the two (``experiments.settings``; JSON ``settings``); for the language-model experiments,
 the held-out evaluations before and after training beside the best constant answer
-(``experiments.held_out``; JSON ``held_out``). The tables are printed as Markdown and saved with the
-figures as ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default
+(``experiments.held_out``; JSON ``held_out``) and, for the learning-rate grid, each rate's validation
+error and the rate chosen (``experiments.lr_choice``). The tables are printed as Markdown and saved with
+the figures as ``<figures>/<experiment>[_smoke].{png,json}`` and ``..._profiles.png``: by default
 ``docs/figures`` for the committed and the smoke results, ``<out>/figures`` for any other ``--out`` (a
 report of other runs never overwrites the documented figures).
 """
@@ -38,6 +39,7 @@ from experiments.core import RESULTS, SMOKE_RESULTS, Experiment
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.figures import COLORS, draw
 from experiments.held_out import held_out, held_out_rows, native_pairwise
+from experiments.lr_choice import lr_grid
 from experiments.metrics import (
     bootstrap_final,
     bootstrap_iqm,
@@ -272,6 +274,9 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
     evaluations = held_out(runs, order)
     if evaluations:
         text += f"\nheld-out evaluations\n\n{evaluations}\n"
+    grid = lr_grid(runs)
+    if grid:
+        text += f"\nlearning rates on validation prompts\n\n{grid}\n"
     summary = {"experiment": name, "paper": experiment.paper, "smoke": smoke, "rows": rows,
                "mechanism": mechanism, "pairwise": differences, "settings": settings}
     if evaluations:

@@ -80,13 +80,13 @@ def evaluate(model: Any, env: Any, n_episodes: int = 100, deterministic: bool = 
 def evaluate_text(
     policy: Any, env_id: str, env_kwargs: dict[str, Any], n_items: int = 100, k: int = 8, chunk: int = 8
 ) -> dict[str, Any]:
-    """Greedy mean score, format rate and pass@k of a language-model policy on the eval split's first items.
+    """Greedy mean score, format rate and pass@k of a language-model policy on the test split's first items.
 
     pass@k = mean over items of 1[max_j score_j >= 0.99] for k sampled completions of each item.
     """
     import gymnasium as gym
 
-    env = gym.make(env_id, **{**env_kwargs, "split": "eval"}).unwrapped
+    env = gym.make(env_id, **{**env_kwargs, "split": "test"}).unwrapped
     contexts = np.arange(min(n_items, env.task.num_items))
     greedy, formatted, best = [], [], []
     for start in range(0, len(contexts), chunk):

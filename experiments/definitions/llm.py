@@ -6,18 +6,21 @@ of 2 prompts per update, TPO against GRPO with every other setting the zoo's (``
 
 * ``llm_cpu``: counting a letter in one word (reasoning-gym ``letter_counting``, binary reward); the curve
   is the training batch's error, 1 - mean score, before each update.
-* ``llm_study``: two tasks chosen by measurement (``python -m experiments.llm_tasks``, docs/llm.md), one
-  trained with reasoning-gym's partial-credit score (``spell_backward``, 3 letters) and one with the
-  sparse exact-match score (``basic_arithmetic``, two one-digit terms, ``+``); the headline curve is the
-  held-out error (1 - exact-match accuracy of greedy answers to the first 64 prompts of the eval split,
-  before training and every 10 updates, :class:`experiments.recorders.LLMEvalRecorder`), stored beside the
-  training curves (batch error, ``rollout/`` and ``train/`` values) and the task's shortcut (the best
-  constant answer's held-out error, ``eval/shortcut_error``), at AdamW 1e-5 (``STUDY_LEARNING_RATE``).
+* ``llm_grid``: three tasks chosen by measurement (``python -m experiments.llm_tasks``, docs/llm.md), one
+  trained with reasoning-gym's partial-credit score (``spell_backward``, 3 letters) and two with the
+  sparse exact-match score, at each AdamW learning rate of :data:`GRID_LEARNING_RATES` with gradients
+  clipped to 1.0, TPO and GRPO alike; the curve is the validation error (1 - exact-match accuracy of
+  greedy answers to 64 prompts of the validation split, which shares no question with the train split,
+  before training and every 10 updates, :class:`experiments.recorders.LLMEvalRecorder`), stored beside
+  the training curves (batch error, ``rollout/`` and ``train/`` values) and the task's shortcut (the
+  best constant answer of the train split, ``eval/shortcut_error``, and of the prompts themselves,
+  ``eval/own_constant_error``); each method's rate per task is chosen on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from experiments.core import Experiment, Grid, RunSpec, Size
 from experiments.zoo import zoo_run
@@ -40,25 +43,31 @@ LLM_CPU = Experiment(
 # ------------------------------------------------------------------------------------------- the study
 STUDY_TASKS: dict[str, tuple[str, str]] = {
     "partial/spell_backward_3": ("spell_backward_3", "native"),
-    "exact/basic_arithmetic_add": ("basic_arithmetic_add", "binary"),
+    "exact/basic_arithmetic_add_2d": ("basic_arithmetic_add_2d", "binary"),
+    "exact/chain_sum_2x2": ("chain_sum_2x2", "binary"),
 }
 """variant -> (task preset of :data:`experiments.llm_tasks.CANDIDATES`, training reward): one task scored
-with partial credit (``native``) and one with sparse exact match (``binary``), chosen by the measurement
-of docs/llm.md."""
-STUDY_LEARNING_RATE = 1e-5
-"""AdamW's learning rate in the study (the zoo entry's 3e-5 made TPO's greedy answers to
-``spell_backward_3`` one constant string within 5 updates in a pilot; 1e-5 did not; docs/llm.md)."""
-STUDY_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 2}
-"""Held-out evaluations of the full size (:class:`experiments.recorders.LLMEvalRecorder`)."""
-STUDY_SMOKE_EVAL = {"eval_every": 1, "n_prompts": 4, "n_samples": 2}
-"""Held-out evaluations of the smoke size."""
+with partial credit (``native``) and two with sparse exact match (``binary``), chosen by the measurement of
+docs/llm.md; each split three ways with no question shared (:mod:`tpo_gym.envs.splits`)."""
+MAX_GRAD_NORM = 1.0
+"""Gradient clipping of both methods (TRL's ``GRPOConfig`` default)."""
+GRID_LEARNING_RATES = (3e-6, 1e-5, 3e-5)
+"""AdamW learning rates of ``llm_grid``, the same for both methods."""
+GRID_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 0, "split": "validation"}
+"""``llm_grid``'s evaluations: greedy answers to 64 validation prompts every 10 updates."""
+STUDY_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 2, "split": "test"}
+"""``llm_study``'s evaluations: greedy and sampled answers to 64 test prompts every 10 updates."""
+SMOKE_EVAL = {"eval_every": 1, "n_prompts": 4, "n_samples": 2}
+"""Held-out evaluations of the smoke size (the split of the full size)."""
 
 
-def study_run(algo: str, preset: str, reward: str, updates: int, smoke: bool) -> RunSpec:
-    """``algo`` on the task ``preset`` trained with ``reward`` at :data:`STUDY_LEARNING_RATE`, every other
-    setting the zoo's ``TPO/ReasoningGym-v0`` entry (model, prompt, K, prompts per update, epochs), with
-    held-out evaluations (``llm_eval``). The env kwargs are the task's alone: the zoo entry's own task keys
-    (one-word letter counting) do not carry over to another dataset."""
+def study_run(algo: str, preset: str, reward: str, updates: int, learning_rate: float,
+              evaluation: dict[str, Any]) -> RunSpec:
+    """``algo`` on the task ``preset`` trained with ``reward`` at ``learning_rate`` with gradients clipped
+    to :data:`MAX_GRAD_NORM`, every other setting the zoo's ``TPO/ReasoningGym-v0`` entry (model, prompt,
+    K, prompts per update, epochs), with held-out evaluations ``evaluation`` (``llm_eval``). The env
+    kwargs are the task's alone: the zoo entry's own task keys (one-word letter counting) do not carry
+    over to another dataset."""
     from experiments.llm_tasks import CANDIDATES
 
     if preset not in CANDIDATES:
@@ -67,25 +76,33 @@ def study_run(algo: str, preset: str, reward: str, updates: int, smoke: bool) ->
         raise ValueError(f"reward={reward!r}: use 'native' or 'binary'")
     env = {**CANDIDATES[preset], "reward": reward}
     spec = zoo_run(algo, "TPO/ReasoningGym-v0", updates)
-    evaluation = STUDY_SMOKE_EVAL if smoke else STUDY_EVAL
-    return replace(spec, env_kwargs=env, kwargs={**spec.kwargs, "learning_rate": STUDY_LEARNING_RATE},
-                   recorder="llm_eval",
-                   recorder_kwargs={"env_kwargs": env, **evaluation})
+    return replace(spec, env_kwargs=env,
+                   kwargs={**spec.kwargs, "learning_rate": learning_rate, "max_grad_norm": MAX_GRAD_NORM},
+                   recorder="llm_eval", recorder_kwargs={"env_kwargs": env, **evaluation})
 
 
-def build_study(updates: int, smoke: bool) -> Grid:
-    """Both tasks, TPO and GRPO, with the same prompts, seeds and budget."""
-    return {variant: {a: study_run(a, preset, reward, updates, smoke) for a in ALGOS}
-            for variant, (preset, reward) in STUDY_TASKS.items()}
+def _evaluation(full: dict[str, Any], smoke: bool) -> dict[str, Any]:
+    return {**SMOKE_EVAL, "split": full["split"]} if smoke else full
 
 
-LLM_STUDY = Experiment(
-    name="llm_study", paper="Section 3.8 (CPU-sized study: SmolLM2-135M, two reasoning-gym tasks)",
-    full=Size(3, 100), smoke=Size(1, 2), build=build_study, metric="eval/error", threshold=None,
-    panels=("update/error", "eval/native_error", "eval/sampled_error", "eval/mode_frac"),
-    log_panels=(False,) * 5,
+def rate_label(rate: float) -> str:
+    """The variant suffix of a learning rate: ``lr1e-05``."""
+    return f"lr{rate:.0e}"
+
+
+def build_grid(updates: int, smoke: bool) -> Grid:
+    """Every task at every rate of :data:`GRID_LEARNING_RATES`, TPO and GRPO, evaluated on validation."""
+    return {f"{variant}/{rate_label(rate)}": {
+                a: study_run(a, preset, reward, updates, rate, _evaluation(GRID_EVAL, smoke)) for a in ALGOS}
+            for variant, (preset, reward) in STUDY_TASKS.items() for rate in GRID_LEARNING_RATES}
+
+
+LLM_GRID = Experiment(
+    name="llm_grid", paper="Section 3.8 (CPU-sized study: the learning rates of TPO and GRPO)",
+    full=Size(1, 50), smoke=Size(1, 2), build=build_grid, metric="eval/error", threshold=None,
+    panels=("eval/native_error", "update/error"), log_panels=(False,) * 3,
     stored=("eval/", "update/rollout/", "update/train/"),
-    notes="eval/error = 1 - exact-match accuracy of greedy answers to 64 held-out prompts (eval split), "
-          "before training and every 10 updates; eval/shortcut_error: the best constant answer's; "
-          "update/error = 1 - the training batch's mean score (native or binary, as trained).",
+    notes="eval/error = 1 - exact-match accuracy of greedy answers to 64 validation prompts (no question "
+          "of the train split), before training and every 10 updates; a rate per task and method is "
+          "chosen on it (experiments.lr_choice).",
 )

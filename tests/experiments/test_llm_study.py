@@ -1,6 +1,7 @@
 """The language-model study (docs/llm.md): the task measurement of ``experiments.llm_tasks`` (pass@k,
 the best constant answer on hand-made data, the whole command on the tiny model), the held-out
-evaluations of ``LLMEvalRecorder`` and the ``llm_study`` experiment at smoke size on the tiny model."""
+evaluations of ``LLMEvalRecorder``, the held-out splits of the study's tasks and the ``llm_grid``
+experiment at smoke size on the tiny model."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ pytest.importorskip("reasoning_gym")
 
 from experiments import llm_tasks  # noqa: E402
 from experiments.core import load_seed, seed_path  # noqa: E402
-from experiments.definitions.llm import LLM_STUDY, STUDY_LEARNING_RATE, STUDY_TASKS  # noqa: E402
+from experiments.definitions.llm import (  # noqa: E402
+    GRID_LEARNING_RATES,
+    LLM_GRID,
+    MAX_GRAD_NORM,
+    STUDY_TASKS,
+    rate_label,
+)
 from experiments.jobs import Task, run_job  # noqa: E402
 from experiments.runs import load_runs  # noqa: E402
 from tpo_gym.envs.text import SUCCESS_THRESHOLD, score_completion  # noqa: E402
@@ -121,7 +128,7 @@ def test_shortcut_of_letter_counting_is_the_modal_count() -> None:
     env = {"dataset": "letter_counting", "min_words": 1, "max_words": 1, "size": 300, "eval_size": 40}
     contexts = np.arange(40)
     result = llm_tasks.shortcut(env, contexts)
-    held_out = llm_tasks.split_task(env, "eval")
+    held_out = llm_tasks.split_task(env, "validation")
     gold = [held_out.entry(c)["answer"] for c in contexts]
     train = llm_tasks.split_task(env, "train")
     modal = max(set(a := [train.entry(c)["answer"] for c in range(300)]), key=a.count)
@@ -145,18 +152,19 @@ def test_parse_task_and_config() -> None:
 
 # ------------------------------------------------------------------------------------------- the command
 def test_command_on_the_tiny_model(tiny_llm_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
-    status = llm_tasks.main(["--tasks", "letter_counting_1w,spell_backward:min_word_len=3:max_word_len=3",
+    spell = "spell_backward:min_word_len=3:max_word_len=3:eval_size=64"
+    status = llm_tasks.main(["--tasks", f"letter_counting_1w,{spell}",
                              "--prompts", "3", "--samples", "4", "--batch-rows", "8",
                              "--config", f"model:{tiny_llm_dir}", "--config", "max_new_tokens:6"])
     assert status == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
     assert len(lines) == 4  # header, rule, two tasks
-    assert "pass@4" in lines[0] and "best constant, binary" in lines[0]
+    assert "pass@4" in lines[0] and "best constant of train, binary" in lines[0]
     cells = [cell.strip() for cell in lines[2].strip("|").split("|")]
     assert cells[0] == "`letter_counting_1w`" and cells[2] == "3 x 4"
     assert 0.0 <= float(cells[3]) <= float(cells[4]) <= 1.0  # pass@1 <= pass@K
     assert cells[8].startswith("`1` (")  # one-word letter counting: the shortcut answer is 1
-    assert lines[3].split("|")[1].strip() == "`spell_backward:min_word_len=3:max_word_len=3`"
+    assert lines[3].split("|")[1].strip() == f"`{spell}`"
 
 
 def test_measure_matches_its_samples(tiny_llm_dir: str) -> None:
@@ -164,7 +172,7 @@ def test_measure_matches_its_samples(tiny_llm_dir: str) -> None:
                                      "stop": "</answer>"})
     env = {"dataset": "letter_counting", "min_words": 1, "max_words": 1, "size": 50, "eval_size": 10}
     row = llm_tasks.measure(policy, "lc", env, n_prompts=4, n_samples=3, seed=1, batch_rows=6)
-    task = llm_tasks.split_task(env, "eval")
+    task = llm_tasks.split_task(env, "validation")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
         native, _, format_ok = llm_tasks.sample_completions(policy, task, np.arange(4), 3, batch_rows=6)
@@ -188,24 +196,47 @@ def test_command_refuses_bad_input(argv: list[str], message: str, capsys: pytest
 
 
 # ------------------------------------------------------------------------------------------- the study
-def test_study_grid_is_matched() -> None:
-    grid = LLM_STUDY.build(LLM_STUDY.full.updates, False)
-    assert set(grid) == set(STUDY_TASKS) and len(grid) == 2
-    assert LLM_STUDY.full.seeds >= 3
-    rewards = set()
+@pytest.mark.parametrize("variant", list(STUDY_TASKS))
+def test_study_task_splits_share_no_question(variant: str) -> None:
+    """Every task of the study: its validation and test prompts hold no question of the train split (nor
+    of each other), each held-out question once, at the study's own sizes."""
+    preset, _ = STUDY_TASKS[variant]
+    env = llm_tasks.CANDIDATES[preset]
+    questions = {split: [llm_tasks.split_task(env, split).entry(i)["question"]
+                         for i in range(llm_tasks.split_task(env, split).num_items)]
+                 for split in ("train", "validation", "test")}
+    train = set(questions["train"])
+    for split in ("validation", "test"):
+        assert len(questions[split]) >= 64 and len(set(questions[split])) == len(questions[split])
+        assert not train & set(questions[split])
+    assert not set(questions["validation"]) & set(questions["test"])
+
+
+def test_study_tasks_two_sparse_one_partial() -> None:
+    rewards = [reward for _, reward in STUDY_TASKS.values()]
+    assert len(STUDY_TASKS) >= 3 and rewards.count("binary") >= 2 and "native" in rewards
+    for variant, (preset, reward) in STUDY_TASKS.items():
+        assert preset in llm_tasks.CANDIDATES
+        assert variant.startswith("partial/" if reward == "native" else "exact/")
+
+
+def test_grid_is_matched() -> None:
+    grid = LLM_GRID.build(LLM_GRID.full.updates, False)
+    assert set(grid) == {f"{v}/{rate_label(r)}" for v in STUDY_TASKS for r in GRID_LEARNING_RATES}
+    assert len(GRID_LEARNING_RATES) >= 3
     for variant, cell in grid.items():
         assert set(cell) == {"tpo", "grpo"}
         tpo, grpo = cell["tpo"], cell["grpo"]
         assert tpo.env_kwargs == grpo.env_kwargs and tpo.recorder_kwargs == grpo.recorder_kwargs
-        assert tpo.recorder == "llm_eval" and tpo.n_updates == grpo.n_updates == LLM_STUDY.full.updates
-        for key in ("policy_kwargs", "learning_rate", "batch_size", "group_size", "n_epochs"):
+        assert tpo.recorder == "llm_eval" and tpo.n_updates == grpo.n_updates == LLM_GRID.full.updates
+        for key in ("policy_kwargs", "learning_rate", "batch_size", "group_size", "n_epochs",
+                    "max_grad_norm"):
             assert tpo.kwargs[key] == grpo.kwargs[key], key
-        assert tpo.kwargs["learning_rate"] == STUDY_LEARNING_RATE == 1e-5
+        assert rate_label(tpo.kwargs["learning_rate"]) == variant.rsplit("/", 1)[1]
+        assert tpo.kwargs["max_grad_norm"] == MAX_GRAD_NORM == 1.0
         assert tpo.recorder_kwargs["env_kwargs"] == tpo.env_kwargs
+        assert tpo.recorder_kwargs["split"] == "validation"
         assert tpo.n_updates % tpo.recorder_kwargs["eval_every"] == 0
-        rewards.add(tpo.env_kwargs["reward"])
-        assert variant.startswith("partial/" if tpo.env_kwargs["reward"] == "native" else "exact/")
-    assert rewards == {"native", "binary"}
 
 
 def _tiny(spec: Any, model: str) -> Any:
@@ -219,23 +250,23 @@ def _tiny(spec: Any, model: str) -> Any:
 
 @pytest.mark.slow
 def test_study_smoke_on_the_tiny_model(tiny_llm_dir: str, tmp_path: Path) -> None:
-    grid = LLM_STUDY.build(LLM_STUDY.smoke.updates, True)
+    grid = LLM_GRID.build(LLM_GRID.smoke.updates, True)
     variant = next(iter(grid))
     for algo in ("tpo", "grpo"):
         spec = _tiny(grid[variant][algo], tiny_llm_dir)
-        path = seed_path(tmp_path, LLM_STUDY.name, variant, algo, 0)
-        run_job((Task(LLM_STUDY.name, variant, 0, spec, str(path), per_seed=True, curves=LLM_STUDY.curves),))
+        path = seed_path(tmp_path, LLM_GRID.name, variant, algo, 0)
+        run_job((Task(LLM_GRID.name, variant, 0, spec, str(path), per_seed=True, curves=LLM_GRID.curves),))
         arrays, meta = load_seed(path)
-        n_evals = 1 + LLM_STUDY.smoke.updates // spec.recorder_kwargs["eval_every"]
+        n_evals = 1 + LLM_GRID.smoke.updates // spec.recorder_kwargs["eval_every"]
         every = spec.recorder_kwargs["eval_every"]
         np.testing.assert_array_equal(arrays["eval/x"], np.arange(n_evals) * every)
         for key in ("eval/error", "eval/native_error", "eval/sampled_error", "eval/format_rate",
                     "eval/mode_frac", "eval/shortcut_error"):
             assert arrays[key].shape == (n_evals,) and np.all((arrays[key] >= 0) & (arrays[key] <= 1)), key
         assert np.all(arrays["eval/shortcut_error"] == arrays["eval/shortcut_error"][0])
-        assert arrays["update/error"].shape == (LLM_STUDY.smoke.updates,)
+        assert arrays["update/error"].shape == (LLM_GRID.smoke.updates,)
         assert meta["spec"]["recorder"] == "llm_eval"
-    runs = load_runs(tmp_path, LLM_STUDY.name)
+    runs = load_runs(tmp_path, LLM_GRID.name)
     assert set(runs[variant]) == {"tpo", "grpo"}
     tpo, grpo = runs[variant]["tpo"], runs[variant]["grpo"]
     # the evaluation before any update sees the same weights and the same RNG: equal values
@@ -251,7 +282,7 @@ def test_evaluation_leaves_training_unchanged(tiny_llm_dir: str) -> None:
     from experiments.jobs import build_model
     from experiments.recorders import CurveRecorder, LLMEvalRecorder
 
-    spec = _tiny(LLM_STUDY.build(2, True)[next(iter(STUDY_TASKS))]["tpo"], tiny_llm_dir)
+    spec = _tiny(next(iter(LLM_GRID.build(2, True).values()))["tpo"], tiny_llm_dir)
     errors, states, weights = [], [], []
     for recorder in (CurveRecorder(), LLMEvalRecorder(**{**spec.recorder_kwargs, "eval_every": 1})):
         model = build_model(spec, seed=3)
@@ -270,8 +301,10 @@ def test_recorder_refuses_bad_settings() -> None:
     env = {"dataset": "letter_counting", "min_words": 1, "max_words": 1, "size": 20, "eval_size": 5}
     from experiments.recorders import LLMEvalRecorder
 
-    with pytest.raises(ValueError, match="n_prompts=6 is more than the eval split's 5 items"):
+    with pytest.raises(ValueError, match="n_prompts=6 is more than the test split's 5 items"):
         LLMEvalRecorder(env, eval_every=1, n_prompts=6)
+    with pytest.raises(ValueError, match="split='train'; use one of validation, test"):
+        LLMEvalRecorder(env, eval_every=1, n_prompts=2, split="train")
     with pytest.raises(ValueError, match="eval_every=0"):
         LLMEvalRecorder(env, eval_every=0, n_prompts=2)
     assert not math.isnan(LLMEvalRecorder(env, eval_every=1, n_prompts=2).shortcut["binary"][1])

@@ -130,6 +130,40 @@ def test_one_epoch_logs_the_kl_after_the_step_and_no_clip_fraction(algo):
         assert "train/clip_fraction" in _one_bandit_update(GRPO, n_epochs=2)[2]
 
 
+@pytest.mark.parametrize("algo", [TPO, GRPO])
+def test_max_grad_norm_clips_the_step_and_logs_the_norm_before(algo, monkeypatch):
+    """With max_grad_norm = c the optimizer steps on g min(1, c / ||g||); train/grad_norm is ||g|| before
+    clipping, as TRL logs it; None leaves the gradient as it is."""
+    seen = []
+    for max_grad_norm in (None, 1e-4):
+        model = algo("TabularPolicy", gym.make("TPO/KArmedBandit-v0", n_arms=10), learning_rate=0.1,
+                     batch_size=100, n_epochs=1, group_mode="single", baseline=0.5, seed=0,
+                     max_grad_norm=max_grad_norm)
+        rows = _Rows()
+        model.set_logger(Logger(None, [rows]))
+        step = model.policy.optimizer.step
+
+        def recording_step(*args, model=model, step=step, **kwargs):
+            grads = [p.grad for p in model.policy.parameters() if p.grad is not None]
+            seen.append(float(th.cat([g.flatten() for g in grads]).norm()))
+            return step(*args, **kwargs)
+
+        monkeypatch.setattr(model.policy.optimizer, "step", recording_step)
+        model.learn(n_iterations=1)
+        seen.append(rows.rows[-1]["train/grad_norm"])
+    unclipped, logged, clipped, logged_clipped = seen
+    assert unclipped == pytest.approx(logged, rel=1e-5) and unclipped > 1e-3
+    assert clipped == pytest.approx(1e-4, rel=1e-4) and logged_clipped == pytest.approx(unclipped, rel=1e-5)
+
+
+@pytest.mark.parametrize(("setting", "match"), [({"max_grad_norm": 0.0}, "max_grad_norm"),
+                                                ({"max_grad_norm": 1.0, "n_seeds": 2}, "n_seeds > 1")])
+def test_max_grad_norm_refuses_bad_values(setting, match):
+    with pytest.raises(ValueError, match=match):
+        TPO("TabularPolicy", gym.make("TPO/KArmedBandit-v0", n_arms=10), batch_size=10, group_mode="single",
+            **setting)
+
+
 def test_terminal_reward_rejects_token_groups():
     with pytest.raises(ValueError, match="terminal"):
         TPO("TransformerPolicy", copy_env("terminal"), batch_size=4, group_size=2, group_mode="token",

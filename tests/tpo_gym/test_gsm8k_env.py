@@ -62,7 +62,7 @@ def test_env_reads_a_local_file_and_scores_tagged_answers(data_file):
     assert reward == 1.0 and terminated and info["ground_truth"] == "1234" and info["format_ok"]
     env.reset(options={"context": 1})
     assert env.step("The total is 1234")[1] == 0.0  # no <answer> tag: format not followed
-    evaluation = gym.make("TPO/GSM8K-v0", data_file=data_file, size=3, eval_size=1, split="eval").unwrapped
+    evaluation = gym.make("TPO/GSM8K-v0", data_file=data_file, size=3, eval_size=1, split="test").unwrapped
     assert evaluation.task.num_items == 1 and evaluation.task.entry(0)["answer"] == "-3"
     with pytest.raises(Exception, match="options\\['context'\\]"):
         env.reset(options={"context": 3})  # the train split holds items 0..2

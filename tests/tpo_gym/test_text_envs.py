@@ -13,6 +13,7 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 
 import tpo_gym
+from tpo_gym.envs.splits import HELD_OUT_SHARE, split_of
 from tpo_gym.envs.text import (
     FORMAT_INSTRUCTION,
     TextEnv,
@@ -119,13 +120,36 @@ def test_splits_disjoint_and_reproducible() -> None:
         env = TextEnv(split=split, seed=seed, **kwargs)
         return [env.task.entry(i)["question"] for i in range(env.task.num_items)]
 
-    train, evaluation = questions("train"), questions("eval")
-    assert len(train) == 30 and len(evaluation) == 10
-    assert not set(train) & set(evaluation)
-    assert questions("train") == train and questions("eval") == evaluation
+    train, validation, test = questions("train"), questions("validation"), questions("test")
+    assert (len(train), len(validation), len(test)) == (30, 10, 10)
+    assert not set(train) & set(validation) and not set(train) & set(test) and not set(validation) & set(test)
+    assert len(set(validation)) == 10 and len(set(test)) == 10  # each held-out question once
+    assert questions("train") == train and questions("test") == test
     assert questions("train", seed=1) != train
-    env = TextEnv(split="eval", **kwargs)
-    assert env.task.entry(0) == env.task.dataset[30]
+    for split, held_out in (("validation", validation), ("test", test)):
+        assert all(split_of(question, 0) == split for question in held_out)
+    assert all(split_of(question, 0) == "train" for question in train)
+
+
+def test_split_of_is_a_stable_partition() -> None:
+    questions = [f"Calculate {a} + {b}." for a in range(40) for b in range(40)]
+    splits = [split_of(question, 0) for question in questions]
+    assert splits == [split_of(question, 0) for question in questions]
+    shares = {split: splits.count(split) / len(splits) for split in ("train", "validation", "test")}
+    assert shares["test"] == pytest.approx(HELD_OUT_SHARE, abs=0.02)
+    assert shares["validation"] == pytest.approx(HELD_OUT_SHARE, abs=0.02)
+    assert [split_of(question, 1) for question in questions] != splits  # the seed draws another partition
+
+
+def test_a_question_space_too_small_to_hold_out_is_refused() -> None:
+    one_digit = {"dataset": "basic_arithmetic", "min_terms": 2, "max_terms": 2, "min_digits": 1,
+                 "max_digits": 1, "operators": ("+",), "allow_parentheses": False, "allow_negation": False}
+    with pytest.raises(ValueError, match=r"distinct questions of the (validation|test) split .* fewer than "
+                                         r"eval_size=64; its question space is too small") as err:
+        TextEnv(split="train", size=100, eval_size=64, **one_digit)
+    assert "\n" not in str(err.value)
+    small = TextEnv(split="test", size=100, eval_size=5, **one_digit)  # 121 questions hold out 5
+    assert small.task.num_items == 5
 
 
 def test_reset_replays_and_draws_uniformly(arith: TextEnv) -> None:
@@ -228,10 +252,10 @@ def test_score_completions_equals_stepping() -> None:
     ({}, "dataset=<name> is required"),
     ({"dataset": "basic_arithmetic", "min_termz": 2}, "min_termz.*'basic_arithmetic'"),
     ({"dataset": "basic_arithmetic", "min_terms": 5, "max_terms": 2}, "invalid config.*'basic_arithmetic'"),
-    ({"dataset": "basic_arithmetic", "split": "test"}, "split 'test'.*train, eval"),
+    ({"dataset": "basic_arithmetic", "split": "eval"}, "split 'eval'.*train, validation, test"),
     ({"dataset": "basic_arithmetic", "reward": "dense"}, "reward 'dense'.*native, binary"),
     ({"dataset": "basic_arithmetic", "size": 0}, "size"),
-    ({"dataset": "basic_arithmetic", "split": "eval", "eval_size": 0}, "eval_size"),
+    ({"dataset": "basic_arithmetic", "split": "test", "eval_size": 0}, "eval_size"),
     ({"dataset": "gsm_symbolic", "max_prompt_chars": 50}, "max_prompt_chars=50"),
 ])
 def test_bad_kwargs_raise_one_line_value_errors(kwargs: dict, match: str) -> None:

@@ -12,12 +12,16 @@ verifier gives ``len(gold) / len(answer)`` when the gold string is a substring o
 gold "3" answered "1234" scores 0.25: digit spam pays). ``reward="binary"`` is the honest reward:
 1.0 if the native score is >= 0.99, else 0.0.
 
-Items: ``reasoning_gym.create_dataset(name, size=size + eval_size, seed=seed, **config)``; items
-``0..size-1`` are the ``"train"`` split and ``size..size+eval_size-1`` the ``"eval"`` split
-(disjoint index ranges; the same seed gives the same items in the same order). A context is the
-index of an item *within its split*, ``0..num_items-1``. Every item is generated when the env is
-built (the charset needs every prompt), which is quick for most datasets and a few seconds for
-slow generators (``knights_knaves`` ~1.5 ms an item).
+Splits (:mod:`tpo_gym.envs.splits`): ``"train"`` (``size`` items), ``"validation"`` and ``"test"``
+(``eval_size`` items each) share no question: the split of an item is a stable hash of its question and
+the dataset seed (each held-out split owns 10% of the question space), the generator's items
+(``reasoning_gym.create_dataset(name, seed=seed, **config)``) are read in index order until every split
+is full, and each held-out question is kept once. A config whose question space is too small to hold
+out ``eval_size`` questions is a ``ValueError`` (two one-digit terms give 121 questions: widen the
+config). The same seed gives the same items in the same order. A context is the index of an item
+*within its split*, ``0..num_items-1``. Every item is generated when the env is built (the charset
+needs every prompt), which is quick for most datasets and a few seconds for slow generators
+(``knights_knaves`` ~1.5 ms an item).
 
 reasoning-gym is imported lazily, when an env is built, so ``import tpo_gym`` does not need it.
 
@@ -25,7 +29,9 @@ reasoning-gym is imported lazily, when an env is built, so ``import tpo_gym`` do
 (:mod:`tpo_gym.envs.gsm8k`: ``size``/``eval_size`` cap the splits, None = all; the score is the exact
 match of the answer's final number). Its answers are read as verl's GSM8K reward reads them by default
 (``answer_format="strict"``: ``#### N``; ``"flexible"``: the last number), with verl's prompt
-instruction; ``answer_format="tag"`` uses the tags and :data:`FORMAT_INSTRUCTION` above.
+instruction; its splits are ``"train"`` and ``"test"`` (GSM8K's own, or ``eval_size`` items after the
+train items of one file), it has no ``"validation"`` split; ``answer_format="tag"`` uses the tags and
+:data:`FORMAT_INSTRUCTION` above.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from tpo_gym.envs.gsm8k import GSM8K, VERL_INSTRUCTION, GSM8KDataset, load_items, read_answer
+from tpo_gym.envs.splits import MAX_DRAWS_PER_ITEM, SPLITS, disjoint_splits
 from tpo_gym.vector import (
     GroupedVectorEnv,
     _check_options,
@@ -59,7 +66,6 @@ __all__ = ["FORMAT_INSTRUCTION", "REWARDS", "SPLITS", "SUCCESS_THRESHOLD", "Reas
 
 FORMAT_INSTRUCTION = "\n\nThink briefly, then give only the final answer inside <answer></answer> tags."
 REWARDS = ("native", "binary")
-SPLITS = ("train", "eval")
 SUCCESS_THRESHOLD = 0.99
 MISSING_REASONING_GYM = "the text envs need reasoning-gym: pip install 'tpo-gym[llm]'"
 
@@ -164,8 +170,8 @@ class ReasoningGymTask:
     """One split of a reasoning-gym dataset: prompts, verifier, spaces and batched scoring.
 
     Arguments are those of :class:`TextEnv`. Attributes: ``dataset`` (the reasoning-gym
-    ``ProceduralDataset`` of ``size + eval_size`` items), ``name``, ``split``, ``reward``,
-    ``offset`` (dataset index of the split's item 0), ``num_items`` (items in the split),
+    ``ProceduralDataset`` the splits were drawn from), ``name``, ``split``, ``reward``,
+    ``num_items`` (items in the split),
     ``charset`` (str), ``observation_space`` and ``action_space`` (``spaces.Text``).
     """
 
@@ -178,39 +184,44 @@ class ReasoningGymTask:
         max_prompt_chars = check_int("max_prompt_chars", max_prompt_chars, 1)
         max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)
         if dataset == GSM8K:  # read from a file or the HF cache, not generated (tpo_gym.envs.gsm8k)
+            if split == "validation":
+                raise ValueError("split='validation': GSM8K has a train and a test split only")
             fmt = dataset_kwargs.pop("answer_format", "strict")
             self.dataset = GSM8KDataset(*load_items(size, eval_size, **dataset_kwargs), fmt)
-            size, eval_size = self.dataset.n_train, self.dataset.n_eval
-            if (size if split == "train" else eval_size) == 0:
+            items = self.dataset.items
+            splits = {"train": items[:self.dataset.n_train], "test": items[self.dataset.n_train:]}
+            if not splits[split]:
                 raise ValueError(f"the GSM8K {split} split has no items (size={size}, eval_size={eval_size})")
         else:
             size = check_int("size", size, 1)
-            eval_size = check_int("eval_size", eval_size, 1 if split == "eval" else 0)
-            self.dataset = _create_dataset(dataset, size + eval_size, seed, dataset_kwargs)
+            eval_size = check_int("eval_size", eval_size, 1 if split != "train" else 0)
+            draws = MAX_DRAWS_PER_ITEM * (size + 2 * eval_size)
+            self.dataset = _create_dataset(dataset, draws, seed, dataset_kwargs)
+            splits = disjoint_splits(self.dataset.__getitem__, draws, size, eval_size, seed, dataset)
         self.name: str = dataset  # type: ignore[assignment]
-        self.offset = 0 if split == "train" else size
-        self.num_items = size if split == "train" else eval_size
-        # Every item of both splits: the charset, and so the spaces, are the same for either split.
-        self._items = [self.dataset[i] for i in range(size + eval_size)]
+        self._items = splits[split]
+        self.num_items = len(self._items)
+        # Every item of every split: the charset, and so the spaces, are the same for any split.
+        every_item = [entry for items in splits.values() for entry in items]
         instruction = answer_reader(self.dataset)[0]
         self._texts = [item["question"] + instruction for item in self._items]
-        longest = max(len(text) for text in self._texts)
+        longest = max(len(item["question"] + instruction) for item in every_item)
         if longest > max_prompt_chars:
             raise ValueError(f"the longest prompt of dataset {dataset!r} has {longest} characters, more than "
                              f"max_prompt_chars={max_prompt_chars}; raise max_prompt_chars")
-        chars = set(string.printable).union(*map(set, self._texts))
+        chars = set(string.printable).union(*(set(item["question"] + instruction) for item in every_item))
         self.charset = "".join(sorted(chars))
         self.observation_space = spaces.Text(max_length=max_prompt_chars, charset=self.charset)
         self.action_space = spaces.Text(max_length=max_completion_chars, min_length=0, charset=self.charset)
 
     def entry(self, context: int) -> dict[str, Any]:
         """The reasoning-gym item (``question``, ``answer``, ``metadata``) of a context."""
-        return self._items[self.offset + int(context)]
+        return self._items[int(context)]
 
     def prompt(self, context: int) -> str:
         """The prompt of a context: the item's question plus its format's instruction (:func:`answer_reader`:
         ``FORMAT_INSTRUCTION``, or verl's for GSM8K)."""
-        return self._texts[self.offset + int(context)]
+        return self._texts[int(context)]
 
     def prompts_of(self, contexts: np.ndarray) -> np.ndarray:
         """Object array [n] of the prompts of contexts [n]."""
@@ -254,7 +265,7 @@ class TextEnv(gym.Env):
 
     Observation: ``spaces.Text(max_length=max_prompt_chars, charset=task.charset)``, the item's
     ``question`` + :data:`FORMAT_INSTRUCTION` (GSM8K: its format's, :func:`answer_reader`). The
-    charset is ``string.printable`` plus every character in the prompts of the dataset (both splits),
+    charset is ``string.printable`` plus every character in the prompts of the dataset (every split),
     so every prompt and any printable completion fit. Action:
     ``spaces.Text(max_length=max_completion_chars, min_length=0)``, the completion; ``step`` scores
     any ``str`` in full, including characters outside the charset and text beyond
@@ -269,7 +280,8 @@ class TextEnv(gym.Env):
     without stepping.
 
     Arguments: ``dataset`` (a reasoning-gym name, required), ``split`` in ``SPLITS``, ``size``
-    (train items, default 1000), ``eval_size`` (eval items, default 200), ``seed`` (dataset seed,
+    (train items, default 1000), ``eval_size`` (items of the validation and of the test split, default
+    200), ``seed`` (dataset seed,
     default 0), ``reward`` in ``REWARDS``, ``max_prompt_chars`` and ``max_completion_chars``
     (default 4096); any other keyword is a config field of the dataset (e.g. ``min_terms=2``).
     """

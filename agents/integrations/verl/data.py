@@ -37,7 +37,7 @@ def _env_kwargs(env_id: str, env_kwargs: Mapping[str, Any] | None) -> tuple[str,
 def dataset_rows(
     env_id: str, env_kwargs: Mapping[str, Any] | None = None, system_prompt: str | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """verl's RL rows of a text env's splits: ``{"train": [...], "test": [...]}`` (test = its eval split).
+    """verl's RL rows of a text env's splits: ``{"train": [...], "test": [...]}`` (the env's own splits).
 
     Each row: ``data_source`` (``tpo_gym/<dataset>``), ``prompt`` (chat messages: an optional system
     message, then the env's prompt as the user message), ``ability`` (``reasoning``),

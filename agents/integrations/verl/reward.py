@@ -15,7 +15,7 @@ __all__ = ["SPLITS", "compute_score"]
 
 _TASKS: dict[tuple[str, str], Any] = {}
 _TASKS_LOCK = threading.Lock()
-SPLITS = {"train": "train", "test": "eval"}
+SPLITS = {"train": "train", "test": "test"}
 
 
 def _task(env_kwargs_json: str, split: str) -> Any:

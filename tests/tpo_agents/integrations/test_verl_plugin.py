@@ -408,7 +408,7 @@ def test_dataset_rows_hold_verl_columns_and_the_env_prompts():
 
     rows = tv.dataset_rows("TPO/ReasoningGym-v0", ARITHMETIC, system_prompt="Be brief.")
     assert [len(rows["train"]), len(rows["test"])] == [4, 2]
-    task = ReasoningGymTask(split="eval", **ARITHMETIC)
+    task = ReasoningGymTask(split="test", **ARITHMETIC)
     row = rows["test"][1]
     assert row["data_source"] == "tpo_gym/basic_arithmetic" and row["ability"] == "reasoning"
     assert row["prompt"] == [{"role": "system", "content": "Be brief."},
@@ -425,7 +425,7 @@ def test_dataset_rows_errors():
     with pytest.raises(ValueError, match="is not a text env"):
         tv.dataset_rows("TPO/TokenCopy-v0")
     with pytest.raises(ValueError, match="writes both splits"):
-        tv.dataset_rows("GraphColor", {"split": "eval"})
+        tv.dataset_rows("GraphColor", {"split": "test"})
 
 
 @needs_rg

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from stable_baselines3.common.utils import safe_mean
 from tpo_agents.base_class import EnvLike, GroupBaseAlgorithm, env_id_and_kwargs, model_zip_path
 from tpo_agents.callback_steps import warn_never_firing
 from tpo_agents.modes import GroupView, SampleView, View
+from tpo_agents.without_signal import warn_without_signal
 
 __all__ = ["EnvLike", "GroupAlgorithm", "env_id_and_kwargs", "model_zip_path"]
 
@@ -83,7 +83,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
                 self._dump_logs(iteration)
         self.rollout_metrics = True  # a later generic ``collect`` records its batch's values again
         callback.on_training_end()
-        _warn_without_signal(self.batches_without_signal - without_signal_before, iteration)
+        warn_without_signal(iteration, self.batches_without_signal - without_signal_before)
         return self
 
     def collect(self, callback: BaseCallback) -> Any:
@@ -255,17 +255,6 @@ def wants_rollout_metrics(callback: BaseCallback | None) -> bool:
     """Whether ``callback`` (or one it chains) reads every batch's ``rollout/`` values (the logger's, or
     ``model.member_rollout``): it says so with ``wants_rollout_metrics = True``."""
     return _asks(callback, "wants_rollout_metrics")
-
-
-def _warn_without_signal(without_signal: int, batches: int) -> None:
-    """One warning when most of a ``learn`` call's batches had nothing to learn from."""
-    if batches and without_signal > batches / 2:
-        warnings.warn(
-            f"{without_signal} of {batches} batches had no signal (equal scores in every group, or every "
-            "advantage 0): their gradient is exactly zero; a task this hard for the policy needs larger "
-            "groups, an easier start or more updates (train/batches_without_signal counts them)",
-            stacklevel=3,
-        )
 
 
 def _global_grad_norm(parameters: Any, n_members: int = 1) -> float:

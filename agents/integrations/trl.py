@@ -58,6 +58,7 @@ from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, uns
 from tpo_agents import checks, losses
 from tpo_agents.policies.generation import completion_lengths, pad_rows
 from tpo_agents.policies.llm import format_prompt, share_saved_weights
+from tpo_agents.without_signal import StepsWithoutSignal, loss_signal
 from tpo_gym.envs.text import ReasoningGymTask, TextEnv
 
 __all__ = [
@@ -245,7 +246,9 @@ class TargetPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` with TPO's update (see the module docstring); arguments are GRPOTrainer's.
 
     ``args`` must be a :class:`TargetPOConfig`. Logged besides TRL's metrics: ``tpo/effective_group_size``,
-    ``tpo/logscore_spread``, ``tpo/mean_abs_p_minus_q`` and ``kl`` (with ``beta > 0``).
+    ``tpo/logscore_spread``, ``tpo/mean_abs_p_minus_q`` and ``kl`` (with ``beta > 0``). :meth:`train` warns
+    once when more than half of its optimizer steps had no signal (every group of equal rewards, or every
+    completion truncated and masked).
     """
 
     def __init__(
@@ -256,7 +259,20 @@ class TargetPOTrainer(GRPOTrainer):
             args = TargetPOConfig(output_dir=f"{str(name).split('/')[-1]}-TargetPO")
         check_config(args)
         self._gathered_rewards: torch.Tensor | None = None
+        self._without_signal = StepsWithoutSignal(
+            "optimizer steps", "tpo/zero_variance_frac = 1",
+            "raise max_completion_length, or set mask_truncated_completions=False "
+            "(tpo/unusable_group_frac = 1)",
+        )
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``, then one warning when more than half of its optimizer steps had no signal
+        (:class:`~tpo_agents.without_signal.StepsWithoutSignal`: no group carried any on any process)."""
+        self._without_signal.reset()
+        output = super().train(*args, **kwargs)
+        self._without_signal.warn(stacklevel=2)
+        return output
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """``Trainer.save_model`` (the final model and every checkpoint), then the saved ``*.safetensors``
@@ -375,14 +391,15 @@ class TargetPOTrainer(GRPOTrainer):
             scores = inputs["scores"]
             loss, stats = self._spanning_loss(per_token_logps, old, mask, scores, reference, kl_tokens)
         mode = "train" if train else "eval"
+        every = {}  # each stat of every process (over every process's groups already, for a spanning group)
         for name, value in stats.items():
             metric = name if name == "kl" else f"tpo/{name}"  # TRL's own name for the KL
-            if span > 1 and name != "kl":  # already over every process's groups
-                self._metrics[mode][metric].append(value.item())
-                continue
-            gathered = self.accelerator.gather(value.detach())
-            total = gathered.sum() if name == "dropped_rows" else gathered.mean()  # a count, or a mean
+            spanning = span > 1 and name != "kl"
+            every[name] = value.detach() if spanning else self.accelerator.gather(value.detach())
+            total = every[name].sum() if name == "dropped_rows" else every[name].mean()  # a count, or a mean
             self._metrics[mode][metric].append(total.item())
+        if train:
+            self._without_signal.add(*loss_signal(every), step=self.state.global_step)
         if aux_loss is not None:
             loss = loss + self.router_aux_loss_coef * aux_loss
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())

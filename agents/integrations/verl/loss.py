@@ -6,6 +6,9 @@
   on ``log_prob`` (L_theta), ``old_log_prob`` (L_old), ``response_mask`` and the rows' u, scaled by
   D * G_m / G so that verl's sum over micro-batches and mean over ranks is the mean over all G groups of
   the mini-batch. Rows without response tokens leave their group's softmax.
+
+Each process warns once when, from the :data:`WARN_AFTER_CALLS`-th loss call on, more than half of its calls
+so far had no signal (every group of equal scores, or no group of two responses with tokens).
 """
 
 from __future__ import annotations
@@ -17,16 +20,24 @@ import numpy as np
 import torch
 
 from tpo_agents.losses import completion_tpo_loss, standardize
+from tpo_agents.without_signal import StepsWithoutSignal, loss_signal
 
 from .settings import cfg, tpo_settings
 
-__all__ = ["GROUP_TOLERANCE", "LAYOUT_HINT", "compute_tpo_advantage", "compute_tpo_policy_loss",
-           "contiguous_groups", "row_advantages"]
+__all__ = ["CALLS_WITHOUT_SIGNAL", "GROUP_TOLERANCE", "LAYOUT_HINT", "WARN_AFTER_CALLS",
+           "compute_tpo_advantage", "compute_tpo_policy_loss", "contiguous_groups", "row_advantages"]
 
 #: How far a group's advantages may be from a z-score (mean 0, popstd 0 or 1) before the loss refuses them.
 GROUP_TOLERANCE = 1e-3
 LAYOUT_HINT = ("use algorithm.adv_estimator=tpo with trainer.use_v1=false, trainer.balance_batch=false, "
                "actor.use_dynamic_bsz=false, actor.shuffle=false")
+#: Loss calls (micro-batches) of a process before it may warn that most of them had no signal.
+WARN_AFTER_CALLS = 10
+#: This process's loss calls without signal.
+CALLS_WITHOUT_SIGNAL = StepsWithoutSignal(
+    "tpo loss calls (micro-batches) of this process", "actor/tpo_zero_variance_frac = 1",
+    "check the rollout's responses and data.max_response_length (actor/tpo_dropped_rows counts the rows)",
+)
 
 
 def compute_tpo_advantage(
@@ -175,7 +186,8 @@ def compute_tpo_policy_loss(
     the micro-batch): ``actor/tpo_effective_group_size``, ``actor/tpo_logscore_spread``,
     ``actor/tpo_target_gap``, ``actor/tpo_zero_variance_frac``, ``actor/tpo_dropped_rows``,
     ``actor/ppo_kl`` (mean of log pi_old - log pi_theta over response tokens) and ``actor/tpo_eta``; each
-    finite when a group has no response tokens at all.
+    finite when a group has no response tokens at all. Counted in :data:`CALLS_WITHOUT_SIGNAL`, which warns
+    once when most calls had no signal.
     """
     if config is None:
         raise ValueError("the tpo loss needs verl's actor config (config=None): it reads rollout_n and "
@@ -198,6 +210,8 @@ def compute_tpo_policy_loss(
 
     loss, stats = completion_tpo_loss(log_prob, old_log_prob, response_mask, u, group_size, eta, reduction)
     loss = loss * _global_scale(config, log_prob.shape[0] // group_size, group_size)
+    CALLS_WITHOUT_SIGNAL.add(*loss_signal(stats))
+    CALLS_WITHOUT_SIGNAL.warn(min_steps=WARN_AFTER_CALLS)
     with torch.no_grad():
         mask = response_mask.float()
         log_ratio = old_log_prob.float() - log_prob.detach().float()

@@ -2,11 +2,13 @@
 leave the group softmax and are counted, an all-truncated group gives no gradient, the KL is one mean
 over the accumulation window's tokens whatever the micro-batching and follows ``use_bias_correction_kl``,
 zero-variance groups with ``beta > 0`` get only the KL's gradient, multimodal inputs reach the model, the
-MoE router loss is added, and TRL scores at the sampling temperature as our loop does."""
+MoE router loss is added, TRL scores at the sampling temperature as our loop does, and a run whose steps
+mostly had no signal (every completion truncated and masked, or equal rewards) warns once."""
 
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -88,26 +90,79 @@ def eos_rollout(prompts, trainer):
     return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
 
 
-def test_mask_truncated_completions_is_honoured_end_to_end(tiny_llm_dir, tmp_path):
+def truncated_rollout(prompts, trainer):
+    """Every completion ``"abc"`` without EOS: TRL counts each one truncated."""
+    tokenizer = trainer.processing_class
+    return {"prompt_ids": [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts],
+            "completion_ids": [tokenizer("abc", add_special_tokens=False)["input_ids"] for _ in prompts],
+            "logprobs": None}  # fmt: skip
+
+
+def _train_and_record(trainer) -> list[str]:
+    """Train; the messages of the warnings about steps without signal."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        trainer.train()
+    return [str(w.message) for w in record if "had no signal" in str(w.message)]
+
+
+def _trainer(model_dir, tmp_path, reward, rollout, **config):
+    """A 2-prompt trainer on the tiny model with its completions from ``rollout``."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tests.tpo_agents.integrations.test_trl_integration import make_config
-    from tests.trl_group_run import length_reward
     from tpo_agents.integrations import trl as tpo_trl
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(tiny_llm_dir)
-    dataset = Dataset.from_dict({"prompt": ["q: x", "q: y"]})
-    trainer = tpo_trl.TargetPOTrainer(
-        model=model, reward_funcs=length_reward, train_dataset=dataset,
-        args=make_config(tmp_path, mask_truncated_completions=True, num_generations=4, optim="sgd"),
-        processing_class=tokenizer, rollout_func=eos_rollout,
+    return tpo_trl.TargetPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=reward,
+        train_dataset=Dataset.from_dict({"prompt": ["q: x", "q: y"]}),
+        args=make_config(tmp_path, optim="sgd", **config), processing_class=tokenizer, rollout_func=rollout,
     )  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:1 of 1 optimizer steps had no signal")  # the kept rows score equal
+def test_mask_truncated_completions_is_honoured_end_to_end(tiny_llm_dir, tmp_path):
+    from tests.trl_group_run import length_reward
+
+    trainer = _trainer(tiny_llm_dir, tmp_path, length_reward, eos_rollout, mask_truncated_completions=True,
+                       num_generations=4)  # fmt: skip
     trainer.train()
     logged = [row for row in trainer.state.log_history if "tpo/dropped_rows" in row]
     assert logged and logged[0]["tpo/dropped_rows"] == 2  # the two truncated completions of the prompt
+
+
+def test_a_run_whose_every_completion_is_truncated_and_masked_warns_once(tiny_llm_dir, tmp_path):
+    from tests.trl_group_run import length_reward
+
+    trainer = _trainer(tiny_llm_dir, tmp_path, length_reward, truncated_rollout, max_steps=3, logging_steps=1,
+                       mask_truncated_completions=True)  # fmt: skip
+    (message,) = _train_and_record(trainer)
+    assert message.startswith("3 of 3 optimizer steps had no signal")
+    assert "3 with no group of two completions left" in message
+    assert "mask_truncated_completions=False" in message and "tpo/unusable_group_frac = 1" in message
+    logged = [row["tpo/unusable_group_frac"] for row in trainer.state.log_history
+              if "tpo/unusable_group_frac" in row]  # fmt: skip
+    assert logged == [1.0, 1.0, 1.0]
+
+
+def test_equal_rewards_in_every_group_warn_once_per_train(tiny_llm_dir, tmp_path):
+    def constant_reward(completions, **_):
+        return [1.0] * len(completions)
+
+    trainer = _trainer(tiny_llm_dir, tmp_path, constant_reward, eos_rollout, max_steps=2)
+    for _ in range(2):  # a second train() counts its own steps and warns again
+        (message,) = _train_and_record(trainer)
+        assert message.startswith("2 of 2 optimizer steps had no signal")
+        assert "2 with equal scores in every group" in message and "tpo/zero_variance_frac = 1" in message
+
+
+def test_a_run_with_signal_does_not_warn(tiny_llm_dir, tmp_path):
+    trainer = make_trainer(tiny_llm_dir, tmp_path, max_steps=3)
+    assert _train_and_record(trainer) == []
+    assert (trainer._without_signal.steps, trainer._without_signal.flat) == (3, 0)
 
 
 def _two_groups_with_reference(trainer, shift: float = 0.3):

@@ -1,16 +1,19 @@
 """The verl plugin (``tpo_agents.integrations.verl``): estimator and loss against ``tpo_agents.losses``, the
-normalisation over micro-batches and data-parallel ranks, the config validator, the reward function
-and the parquet exporter. Without verl installed the pure functions are tested; with verl (the
-``verl`` extra, see ``.ci/verl``) the same maths is checked through verl's own registries, its
-``ppo_loss`` and its micro-batching, and the shipped config is composed with hydra."""
+normalisation over micro-batches and data-parallel ranks, the one warning when most loss calls have no
+signal, the config validator, the reward function and the parquet exporter. Without verl installed the
+pure functions are tested; with verl (the ``verl`` extra, see ``.ci/verl``) the same maths is checked
+through verl's own registries, its ``ppo_loss`` and its micro-batching, and the shipped config is composed
+with hydra."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,7 @@ import torch
 
 from tpo_agents import losses as L
 from tpo_agents.integrations import verl as tv
+from tpo_agents.integrations.verl import loss as verl_loss
 
 torch.set_num_threads(1)
 # verl lists the training engines it cannot import (torchtitan, megatron, ...) when its workers load
@@ -278,6 +282,46 @@ def test_an_empty_response_leaves_its_group_softmax():
     ref.backward()
     torch.testing.assert_close(loss, ref, atol=1e-6, rtol=0)
     torch.testing.assert_close(log_prob.grad, ref_log_prob.grad, atol=1e-6, rtol=0)
+
+
+@pytest.fixture
+def calls_without_signal(monkeypatch):
+    """A fresh count of the loss calls without signal (the plugin keeps one per process)."""
+    count = copy.copy(verl_loss.CALLS_WITHOUT_SIGNAL)
+    count.reset()
+    monkeypatch.setattr(verl_loss, "CALLS_WITHOUT_SIGNAL", count)
+    return count
+
+
+def _warnings_of_loss_calls(batch: dict, n_calls: int) -> list[str]:
+    """Call the loss ``n_calls`` times on the batch; the messages of the warnings about no signal."""
+    adv, _ = tv.compute_tpo_advantage(batch["rewards"], batch["mask"], None, batch["uids"])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(n_calls):
+            tv.compute_tpo_policy_loss(batch["old"], batch["new"], adv, batch["mask"], "token-mean",
+                                       actor_config())  # fmt: skip
+    return [str(w.message) for w in record if "had no signal" in str(w.message)]
+
+
+@pytest.mark.parametrize("case", ["equal scores", "no response tokens"])
+def test_most_loss_calls_without_signal_warn_once(case, calls_without_signal):
+    b = make_batch()
+    b["rewards"].zero_()  # equal scores in every group
+    if case == "no response tokens":
+        b["mask"].zero_()
+    n = verl_loss.WARN_AFTER_CALLS
+    assert _warnings_of_loss_calls(b, n - 1) == []  # too few calls yet
+    (message,) = _warnings_of_loss_calls(b, 5)  # the n-th call warns, the later ones do not
+    assert message.startswith(f"{n} of {n} tpo loss calls (micro-batches) of this process had no signal")
+    expected = "actor/tpo_zero_variance_frac = 1" if case == "equal scores" else "actor/tpo_dropped_rows"
+    assert expected in message
+    assert calls_without_signal.steps == n + 4
+
+
+def test_loss_calls_with_signal_do_not_warn(calls_without_signal):
+    assert _warnings_of_loss_calls(make_batch(), 2 * verl_loss.WARN_AFTER_CALLS) == []
+    assert calls_without_signal.flat == calls_without_signal.dropped == 0
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -99,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--gym-packages", type=str, nargs="+", default=[], help="modules to import (register envs)"
     )
-    p.add_argument("-i", "--trained-agent", type=str, default="", help="continue training from this .zip")
+    p.add_argument(
+        "-i", "--trained-agent", type=str, default="",
+        help="continue training from this .zip (its step count and its run's TensorBoard run)",
+    )  # fmt: skip
     p.add_argument(
         "--num-threads", type=int, default=1,
         help="torch threads (the models are small: extra threads only add synchronisation; "

@@ -82,6 +82,8 @@ class RunSetup:
     save_path: str | None = ""
     #: Where each hyperparameter came from (a file, ``--hyperparams override``, ``-n``, ...).
     origins: dict[str, str] = field(default_factory=dict)
+    #: The TensorBoard run folder it logs to (:func:`tensorboard_run`; None: TensorBoard off).
+    tensorboard_run: str | None = None
 
     @property
     def env_name(self) -> str:
@@ -245,15 +247,22 @@ def check_trained_agent(setup: RunSetup) -> None:
     path = model_zip_path(given)
     if not (path.endswith(".zip") and os.path.isfile(path)):
         raise hp.ConfigError(f"--trained-agent must be an existing .zip file, got {given!r}")
-    params_path = os.path.join(os.path.dirname(os.path.abspath(path)), setup.env_name)
-    ours = os.path.isfile(os.path.join(params_path, "command.txt"))
-    args_file = os.path.join(params_path, "args.yml")
-    trained = read_run_yaml(args_file).get("algo") if ours and os.path.isfile(args_file) else None
+    trained = source_run_args(setup).get("algo")
     if trained is not None and str(trained).lower() != setup.algo:
         raise hp.ConfigError(f"--trained-agent {given} was trained with --algo {trained}, not {setup.algo}: "
                              f"pass --algo {trained}")
     if trained is None and setup.owns_env:
         check_bare_zip(setup, given, path)
+
+
+def source_run_args(setup: RunSetup) -> dict[str, Any]:
+    """The ``args.yml`` of the run folder that holds the ``--trained-agent`` zip where this zoo wrote it
+    (``<Env>/args.yml`` next to ``<Env>/command.txt``), else ``{}`` (a bare zip, rl_zoo3's folders)."""
+    folder = os.path.dirname(os.path.abspath(model_zip_path(setup.args.trained_agent)))
+    params_path = os.path.join(folder, setup.env_name)
+    args_file = os.path.join(params_path, "args.yml")
+    ours = os.path.isfile(os.path.join(params_path, "command.txt")) and os.path.isfile(args_file)
+    return read_run_yaml(args_file) if ours else {}
 
 
 def check_bare_zip(setup: RunSetup, given: str, path: str) -> None:
@@ -303,13 +312,16 @@ def run_args(setup: RunSetup) -> dict[str, Any]:
 
 
 def resume_args(setup: RunSetup, model: Any) -> dict[str, Any]:
-    """Where a ``--trained-agent`` run resumed from, for ``args.yml``: ``resumed_from``, the absolute
-    folder of the zip (its run folder), and ``resumed_at``, the step count ``model`` was loaded with
-    (None for a new run). The plots continue that run's seed from this step."""
+    """Where a run logs and where a ``--trained-agent`` run resumed from, for ``args.yml``:
+    ``tensorboard_run``, the absolute TensorBoard run folder (None with ``-tb ''``; a later ``-i`` of this
+    run's zips continues it), ``resumed_from``, the absolute folder of the zip (its run folder), and
+    ``resumed_at``, the step count ``model`` was loaded with (both None for a new run). The plots continue
+    that run's seed from this step."""
+    tb_run = setup.tensorboard_run and os.path.abspath(setup.tensorboard_run)
     if not setup.args.trained_agent:
-        return {"resumed_from": None, "resumed_at": None}
+        return {"tensorboard_run": tb_run, "resumed_from": None, "resumed_at": None}
     folder = os.path.dirname(os.path.abspath(model_zip_path(setup.args.trained_agent)))
-    return {"resumed_from": folder, "resumed_at": int(model.num_timesteps)}
+    return {"tensorboard_run": tb_run, "resumed_from": folder, "resumed_at": int(model.num_timesteps)}
 
 
 def env_options(setup: RunSetup) -> dict[str, Any]:
@@ -397,6 +409,23 @@ def tensorboard_dir(setup: RunSetup) -> str | None:
     """``<tb>/<Env>`` (the model's ``tensorboard_log``), or None when ``-tb ''`` turns TensorBoard off."""
     tb = setup.args.tensorboard_log
     return os.path.join(tb, setup.env_name) if tb else None
+
+
+def tensorboard_run(setup: RunSetup) -> str | None:
+    """The TensorBoard run folder of ``setup`` (None with ``-tb ''``). A ``--trained-agent`` run continues
+    the TensorBoard run of the zip's run folder (its ``args.yml``'s ``tensorboard_run``) when that folder
+    is in this run's ``<tb>/<Env>``; any other run starts ``<tb>/<Env>/<ALGO>_<k>``, k one above the
+    latest (SB3's names)."""
+    from stable_baselines3.common.utils import get_latest_run_id
+
+    tb = tensorboard_dir(setup)
+    if tb is None:
+        return None
+    source = source_run_args(setup).get("tensorboard_run") if setup.args.trained_agent else None
+    if isinstance(source, str) and os.path.dirname(source) == os.path.abspath(tb) and os.path.isdir(source):
+        return os.path.join(tb, os.path.basename(source))
+    name = setup.algo.upper()
+    return os.path.join(tb, f"{name}_{get_latest_run_id(tb, name) + 1}")
 
 
 def _new_or_loaded(setup: RunSetup, env: Any, kwargs: dict[str, Any], common: dict[str, Any]) -> Any:
@@ -545,33 +574,60 @@ def default_log_interval(n_timesteps: int, steps: int) -> int:
     return max(1, -(-n_updates // MAX_TABLES))
 
 
-def set_up_logger(setup: RunSetup, model: Any, learn_kwargs: dict[str, Any]) -> cb.EveryNthDump | None:
-    """Give ``model`` SB3's logger (TensorBoard in ``<tb>/<Env>/<ALGO>_<k>``, as SB3 names it) with the
-    stdout table printed every ``--log-interval`` updates (-1: :func:`default_log_interval`; 0: never),
-    while TensorBoard gets every update. Returns the table's output (None: no table is filtered)."""
-    from stable_baselines3.common.logger import HumanOutputFormat
+def run_logger(setup: RunSetup, resumed_at: int | None) -> Any:
+    """SB3's logger of the run: the stdout table (``--verbose 1``) and TensorBoard in
+    ``setup.tensorboard_run``. A run resumed at step ``resumed_at`` marks a restart there
+    (:func:`restart_tensorboard_at`), so that the TensorBoard run it continues
+    shows the source's points up to that step and then its own."""
+    from stable_baselines3.common.logger import configure
     from stable_baselines3.common.utils import configure_logger
 
+    folder = setup.tensorboard_run
+    if folder is None:
+        return configure_logger(setup.args.verbose)
+    try:
+        logger = configure(folder, ["stdout", "tensorboard"] if setup.args.verbose else ["tensorboard"])
+    except OSError as err:
+        raise hp.ConfigError(f"cannot write TensorBoard logs to {folder}: {err.strerror or err}") from err
+    if resumed_at is not None:
+        restart_tensorboard_at(logger, resumed_at + 1)
+    return logger
+
+
+def restart_tensorboard_at(logger: Any, step: int) -> None:
+    """Write a restart at ``step`` into ``logger``'s TensorBoard run (``SummaryWriter(purge_step=step)``'s
+    event): TensorBoard drops the points that run logged at ``step`` or later before it, such as the
+    source run's after the checkpoint a run resumed from."""
+    from stable_baselines3.common.logger import TensorBoardOutputFormat
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+    restart = Event(step=step, session_log=SessionLog(status=SessionLog.START))
+    for output in logger.output_formats:
+        if isinstance(output, TensorBoardOutputFormat):
+            output.writer.file_writer.add_event(restart)
+
+
+def set_up_logger(setup: RunSetup, model: Any, learn_kwargs: dict[str, Any]) -> cb.EveryNthDump | None:
+    """Give ``model`` the :func:`run_logger` with the stdout table printed every ``--log-interval``
+    updates (-1: :func:`default_log_interval`; 0: never), while TensorBoard gets every update. Returns the
+    table's output (None: no table is filtered: an off-policy SB3 algorithm keeps its ``log_interval``,
+    in episodes)."""
+    from stable_baselines3.common.logger import HumanOutputFormat
+
     args = setup.args
+    logger = run_logger(setup, model.num_timesteps if args.trained_agent else None)
+    model.set_logger(logger)
     steps = callback_steps.steps_per_update(model)
-    if steps is None:  # an off-policy SB3 algorithm: its own logger and log_interval (episodes)
+    if steps is None:
         if args.log_interval > 0:
             learn_kwargs["log_interval"] = args.log_interval
         return None
-    tb = tensorboard_dir(setup)
-    try:
-        logger = configure_logger(
-            args.verbose, tb, learn_kwargs["tb_log_name"], learn_kwargs["reset_num_timesteps"]
-        )
-    except OSError as err:
-        raise hp.ConfigError(f"cannot write TensorBoard logs to {tb}: {err.strerror or err}") from err
     interval = args.log_interval if args.log_interval >= 0 else default_log_interval(setup.n_timesteps, steps)
     learn_kwargs["log_interval"] = 1
     table = None
     for i, output in enumerate(logger.output_formats):
         if isinstance(output, HumanOutputFormat) and output.file is sys.stdout:
             table = logger.output_formats[i] = cb.EveryNthDump(output, interval)
-    model.set_logger(logger)
     return table
 
 
@@ -604,12 +660,13 @@ def train_run(setup: RunSetup, argv: list[str]) -> TrainResult:
     try:
         with new_run_folder(setup.save_path):  # a failed start removes it again (and frees its number)
             parts = assemble(setup, stats, model)
+            setup.tensorboard_run = tensorboard_run(setup)
             write_run_files(setup, argv, parts.model)
             callbacks = [trained, *build_callbacks(setup, parts.eval_env)]
             if not isinstance(parts.model, GroupAlgorithm):  # whose learn() warns itself
                 callback_steps.warn_never_firing(parts.model, callbacks, setup.n_timesteps)
             learn_kwargs = parts.learn_kwargs(setup.n_timesteps, callbacks)
-            learn_kwargs.update(tb_log_name=setup.algo.upper(), reset_num_timesteps=not args.trained_agent)
+            learn_kwargs.update(reset_num_timesteps=not args.trained_agent)
             table = set_up_logger(setup, parts.model, learn_kwargs)
         announce(setup)
         model = parts.model

@@ -7,8 +7,9 @@
 A run writes ``<log-folder>/<algo>/<Env>_<N>/`` with ``<Env>.zip`` (the final model, also saved on
 Ctrl-C), ``monitor.csv``, ``evaluations.npz`` and ``best_model.zip`` (with ``--eval-freq``),
 ``rl_model_<steps>_steps.zip`` (with ``--save-freq``) and ``<Env>/{config.yml,args.yml,command.txt}``.
-TensorBoard runs go to ``<tb>/<Env>/<ALGO>_<k>/``. The run itself is built by :mod:`tpo_agents.zoo.run`;
-``-optimize`` searches hyperparameters instead (:mod:`tpo_agents.zoo.optimize`).
+TensorBoard runs go to ``<tb>/<Env>/<ALGO>_<k>/`` (a ``-i`` run continues its zip's). The run itself is
+built by :mod:`tpo_agents.zoo.run`; ``-optimize`` searches hyperparameters instead
+(:mod:`tpo_agents.zoo.optimize`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -233,6 +234,59 @@ def test_continue_training_keeps_step_counter(tmp_path: Path, algo: str) -> None
     assert tb_runs == [f"{algo.upper()}_1"]  # the same TensorBoard run continues
     steps_logged = [s for s, _ in tb_tags(tmp_path / "tb" / ENV_DIR)["rollout/task_error"]]
     assert max(steps_logged) > steps
+
+
+def tb_steps(run: Path, tag: str = "rollout/task_error") -> list[int]:
+    """The steps of ``tag`` in the TensorBoard run ``run`` as TensorBoard shows them (its
+    ``EventAccumulator`` over the run's event files, restarts applied)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run))
+    events.Reload()
+    return [scalar.step for scalar in events.Scalars(tag)]
+
+
+def tpo_seed(tmp_path: Path, seed: int, *argv: str):
+    """A tiny TPO run (12 steps per update) of ``seed``, TensorBoard in ``tmp_path/tb``."""
+    base = ["--algo", "tpo", "--env", "TokenReversal", "-f", str(tmp_path / "logs"), "--seed", str(seed)]
+    return train([*base, "--verbose", "0", "--eval-freq", "-1", "-tb", str(tmp_path / "tb"),
+                  "--env-kwargs", *TINY_ENV["token"], "-params", *TINY_GROUP, *argv])  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_its_own_tensorboard_run(tmp_path: Path) -> None:
+    """Seed 1 (TPO_1, 24 steps) and seed 2 (TPO_2, 36 steps), then ``-i`` of seed 1's zip: its steps
+    continue TPO_1, which its args.yml names, and TPO_2 holds seed 2's steps only."""
+    first = tpo_seed(tmp_path, 1, "-n", "24")
+    tpo_seed(tmp_path, 2, "-n", "36")
+    time.sleep(1)  # a run's event files are read in the order of their names, which start with the second
+    resumed = tpo_seed(tmp_path, 1, "-n", "24", "-i", os.path.join(first.save_path, f"{ENV_DIR}.zip"))
+    runs = tmp_path / "tb" / ENV_DIR
+    assert sorted(p.name for p in runs.iterdir()) == ["TPO_1", "TPO_2"]
+    assert tb_steps(runs / "TPO_1") == [12, 24, 36, 48] and tb_steps(runs / "TPO_2") == [12, 24, 36]
+    for run in (first, resumed):
+        recorded = yaml.safe_load(Path(run.save_path, ENV_DIR, "args.yml").read_text())
+        assert recorded["tensorboard_run"] == str(runs.resolve() / "TPO_1")
+
+
+@pytest.mark.slow
+def test_a_run_resumed_from_a_checkpoint_replaces_the_later_points(tmp_path: Path) -> None:
+    """``-i rl_model_12_steps.zip`` of a 36-step run continues its TensorBoard run from step 12: TensorBoard
+    drops the source's points after it (a restart at step 13), so the curve is the resumed run's."""
+    first = tpo_seed(tmp_path, 1, "-n", "36", "--save-freq", "12")
+    time.sleep(1)  # a run's event files are read in the order of their names, which start with the second
+    tpo_seed(tmp_path, 1, "-n", "12", "-i", os.path.join(first.save_path, "rl_model_12_steps.zip"))
+    assert tb_steps(tmp_path / "tb" / ENV_DIR / "TPO_1") == [12, 24]
+
+
+def test_a_resume_outside_the_source_tensorboard_root_starts_a_new_run(tmp_path: Path) -> None:
+    """``-i`` with another ``-tb`` (or a zip outside a run folder) logs to a new run there."""
+    first = tpo_seed(tmp_path, 1, "-n", "12")
+    again = tpo_seed(tmp_path, 1, "-n", "12", "-i", os.path.join(first.save_path, f"{ENV_DIR}.zip"),
+                     "-tb", str(tmp_path / "other"))  # fmt: skip
+    recorded = yaml.safe_load(Path(again.save_path, ENV_DIR, "args.yml").read_text())
+    assert recorded["tensorboard_run"] == str((tmp_path / "other" / ENV_DIR / "TPO_1").resolve())
+    assert tb_steps(tmp_path / "other" / ENV_DIR / "TPO_1") == [24]
 
 
 class InterruptAfter(BaseCallback):

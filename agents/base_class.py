@@ -125,7 +125,8 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         before clipping); None (the paper's reference code): no clipping. Not with ``n_seeds > 1``.
     :param mode_kwargs: extra settings of the collection mode (text mode: ``sample_every``).
     :param env_kwargs: keyword arguments of the env when ``env`` is an id.
-    :param monitor_dir: write one ``monitor.csv`` row per collected episode into this folder.
+    :param monitor_dir: write one ``monitor.csv`` row per episode into this folder, a batch's rows once
+        it is trained on.
     :param n_seeds: S independent learners trained together, one per seed ``seed, seed + 1, ...,
         seed + S - 1`` (a population: parameters stacked on a leading axis, one forward per step for
         all members, each member with its own optimizer state, env context stream and sampling
@@ -249,6 +250,8 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.monitor_dir = monitor_dir
         self._env_source: EnvLike | None = None
         self._monitor: _EpisodeMonitor | None = None
+        #: The ``monitor.csv`` rows of the batch collected but not yet trained on (None: none).
+        self._untrained_episodes: dict[str, np.ndarray] | None = None
         #: The last batch's ``rollout/`` values per member (``task_error`` ..., each ``[n_seeds]``).
         self.member_rollout: dict[str, np.ndarray] = {}
         #: The member of a population that ``predict`` uses (:meth:`set_predict_member`).
@@ -558,7 +561,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "lr_schedule", "mode", "_monitor", "_env_source", "_view",
-                "_probe", "diagnostics", "use_engine"]
+                "_probe", "diagnostics", "use_engine", "_untrained_episodes"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
@@ -575,7 +578,7 @@ class _ScaledSchedule:
 
 
 class _EpisodeMonitor:
-    """``<folder>/monitor.csv`` in SB3's format (``r, l, t`` and info keys), one row per collected episode.
+    """``<folder>/monitor.csv`` in SB3's format (``r, l, t`` and info keys), one row per episode trained on.
 
     The columns after ``r, l, t`` are those of the first batch (``is_success``, and ``token_error`` on
     the token tasks); the file is created at the first batch, ``t`` counts from the env's creation.

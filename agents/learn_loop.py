@@ -78,6 +78,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
                 break
             self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
             self.train(batch, diagnostics=every_update or logged)
+            self.record_episodes()
             iteration += 1
             if logged:
                 self._dump_logs(iteration)
@@ -111,18 +112,26 @@ class GroupAlgorithm(GroupBaseAlgorithm):
 
     def record_batch(self, batch: Any) -> None:
         """Record a collected batch: its ``rollout/`` values (the members' means; per member in
-        :attr:`member_rollout`; none where :attr:`rollout_metrics` is off), its episodes' count and
-        ``monitor.csv`` rows."""
+        :attr:`member_rollout`; none where :attr:`rollout_metrics` is off) and its episodes'
+        ``monitor.csv`` rows, which :meth:`record_episodes` counts and writes once the batch is trained on."""
         self.member_rollout = {}
         if self.rollout_metrics:
             self.member_rollout = self.mode.log_rollout(self.logger, batch) or {}
         rows = self.mode.episode_rows(batch)
-        if rows is not None:
-            if self.n_seeds > 1:
-                rows["member"] = np.repeat(np.arange(self.n_seeds), len(rows["r"]) // self.n_seeds)
-            self._episode_num += len(rows["r"])
-            if self._monitor is not None:
-                self._monitor.write(rows)
+        if rows is not None and self.n_seeds > 1:
+            rows["member"] = np.repeat(np.arange(self.n_seeds), len(rows["r"]) // self.n_seeds)
+        self._untrained_episodes = rows
+
+    def record_episodes(self) -> None:
+        """Count the episodes of the batch just trained on and write their ``monitor.csv`` rows. A run
+        stopped before the update (Ctrl-C during the collection or the update) leaves them out, as its
+        saved ``num_timesteps`` leaves out their steps (:class:`tpo_agents.zoo.callbacks.TrainedSteps`)."""
+        rows, self._untrained_episodes = self._untrained_episodes, None
+        if rows is None:
+            return
+        self._episode_num += len(rows["r"])
+        if self._monitor is not None:
+            self._monitor.write(rows)
 
     def train(self, batch: Any, diagnostics: bool = True) -> None:
         """``n_epochs`` full-batch optimizer steps on one batch, targets and old log-probs frozen.

@@ -22,6 +22,7 @@ from tests.tpo_agents.zoo.test_zoo_sb3 import TINY_EXTERNAL
 from tpo_agents.zoo import registry
 from tpo_agents.zoo.callbacks import atomic_save
 from tpo_agents.zoo.hyperparams import ConfigError
+from tpo_agents.zoo.results import read_monitor
 from tpo_agents.zoo.train import configure, train
 
 torch.set_num_threads(1)
@@ -326,6 +327,28 @@ def test_interrupt_of_a_grouped_algorithm_counts_the_steps_trained(tmp_path: Pat
     assert ("Interrupted after 24 steps: saving the model (the 8 steps of the batch in progress were "
             "collected but not trained on, and are not counted)") in capsys.readouterr().out
     assert registry.get_algo("tpo").load(Path(result.save_path) / f"{ENV_DIR}.zip").num_timesteps == 24
+
+
+class InterruptBeforeUpdate(BaseCallback):
+    """Raise KeyboardInterrupt (as Ctrl-C would) once a collection of 36 steps ends, before its update."""
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if self.num_timesteps >= 36:
+            raise KeyboardInterrupt
+
+
+def test_interrupt_before_an_update_leaves_its_episodes_out_of_the_monitor(tmp_path: Path) -> None:
+    """Ctrl-C after the third collection (steps 24-36), before its update: ``monitor.csv`` holds the
+    episodes of the two updates, as many steps as the saved zip counts (24), not the 36 collected."""
+    result = tpo_seed(tmp_path, 0, "-n", "1000", "-params", *TINY_GROUP,
+                      "callback:tests.tpo_agents.zoo.test_zoo.InterruptBeforeUpdate")  # fmt: skip
+    saved = registry.get_algo("tpo").load(Path(result.save_path) / f"{ENV_DIR}.zip")
+    episodes = read_monitor(result.save_path)
+    assert result.interrupted and saved.num_timesteps == int(episodes["l"].sum()) == 24
+    assert saved._episode_num == len(episodes) == 8
 
 
 def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:

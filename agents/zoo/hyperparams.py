@@ -215,11 +215,27 @@ def select_entry(
         if verbose:
             print(f"No entry for {env_id} in {path}: using its 'default' hyperparameters")
         return copy.deepcopy(data["default"])
-    close = difflib.get_close_matches(env_id, list(data), n=1)
-    hint = f" Did you mean the key {close[0]!r}?" if close else ""
     raise ConfigError(
-        f"Hyperparameters not found for {algo}-{env_id} in {path} (no such key, no 'default').{hint}"
+        f"Hyperparameters not found for {algo}-{env_id} in {path} (no such key, no 'default')."
+        f"{key_hint(list(data), env_id)}"
     )
+
+
+def key_hint(keys: list[Any], env_id: str) -> str:
+    """The end of the message of a config file without ``env_id``'s key: the key to write instead of one
+    that names the env another way (a short name ``TokenReversal``, ``TPO/TokenReversal``, another case)
+    or of a name no env has that comes close to its id (a typo); ``""`` when none does."""
+    from tpo_agents.zoo.registry import resolve_env_id
+
+    unknown = []
+    for key in map(str, keys):
+        try:
+            if resolve_env_id(key.rpartition(":")[2]) == env_id:  # no module import for a hint
+                return f" The key {key!r} must be the full env id: write {env_id!r}."
+        except ValueError:
+            unknown.append(key)
+    close = difflib.get_close_matches(env_id, unknown, n=1)
+    return f" Did you mean {env_id!r} for the key {close[0]!r}?" if close else ""
 
 
 def default_dir() -> Path:

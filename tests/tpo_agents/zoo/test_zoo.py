@@ -427,6 +427,23 @@ def test_missing_entry_falls_back_to_default_and_says_so(
         )
 
 
+FULL_ID = "must be the full env id: write 'TPO/TokenReversal-v0'."
+
+
+@pytest.mark.parametrize(("key", "hint"), [
+    ("TokenReversal", f"The key 'TokenReversal' {FULL_ID}"),
+    ("TPO/TokenReversal", f"The key 'TPO/TokenReversal' {FULL_ID}"),
+    ("TPO/TokenReversl-v0", "Did you mean 'TPO/TokenReversal-v0' for the key 'TPO/TokenReversl-v0'?"),
+    ("TPO/TokenCopy-v0", ""),  # another env's entry: no hint
+])  # fmt: skip
+def test_a_key_that_is_not_the_full_env_id_names_the_id_to_write(tmp_path: Path, key: str, hint: str) -> None:
+    file = write(tmp_path / "short.yml", {key: {"n_timesteps": 7}})
+    with pytest.raises(ConfigError) as err:
+        configure(["--algo", "tpo", "--env", "TokenReversal", "-f", str(tmp_path), "-params", str(file)])
+    missing = f"Hyperparameters not found for tpo-TPO/TokenReversal-v0 in {file} (no such key, no 'default')."
+    assert str(err.value) == f"{missing} {hint}".strip()
+
+
 def test_broken_yaml_gives_file_and_line(tmp_path: Path) -> None:
     file = tmp_path / "broken.yml"
     file.write_text("TPO/TokenReversal-v0:\n  n_timesteps: 10\n  policy: [MlpPolicy\n")

@@ -68,9 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "python -m tpo_agents.evaluate -n counts episodes")
     p.add_argument("--n-envs", type=int, default=1, help="envs run side by side (default: 1)")
     acting = p.add_mutually_exclusive_group()
-    acting.add_argument("--deterministic", action="store_true", help="greedy actions (default, as rl_zoo3)")
-    acting.add_argument("--stochastic", action="store_true",
-                        help="sampled actions (python -m tpo_agents.evaluate samples by default)")
+    acting.add_argument("--deterministic", action="store_true",
+                        help="greedy actions (default, as rl_zoo3 and python -m tpo_agents.evaluate)")
+    acting.add_argument("--stochastic", action="store_true", help="sampled actions")
     p.add_argument("--seed", type=int, default=0, help="seed of the env and of sampled actions (default: 0)")
     p.add_argument("--env-kwargs", type=str, nargs="+", action=ev.StoreDict, default={},
                    help="key:value env kwargs, on top of the run's")

@@ -1,7 +1,7 @@
 """Evaluate a saved model: the task's error (and reward, success rate) over N episodes.
 
     python -m tpo_agents.evaluate --algo tpo --env TokenReversal -f logs/ -n 1000
-    python -m tpo_agents.evaluate --algo tpo --env TokenReversal --model path/to/model.zip --deterministic
+    python -m tpo_agents.evaluate --algo tpo --env TokenReversal --model path/to/model.zip --stochastic
     python -m tpo_agents.evaluate --algo tpo --env ReasoningGym -f logs/ -n 100 --pass-k 8
 
 A text env (language models) is evaluated on its ``eval`` split: the first N items, the mean score
@@ -10,7 +10,9 @@ of greedy completions and pass@k, the fraction of items where one of k sampled c
 The run folder is found as the zoo writes it (``<folder>/<algo>/<Env>_<N>``; ``--exp-id 0`` is the
 latest run); the env is rebuilt with the run's ``env_kwargs`` (plus its ``eval_env_kwargs``, e.g.
 MNIST's test split) from ``config.yml``/``args.yml``, then ``--env-kwargs`` on top. Actions are
-sampled (as the paper measures the token tasks) unless ``--deterministic`` (greedy) is given.
+greedy (``--deterministic``, the default: as rl_zoo3's ``enjoy``, ``python -m tpo_agents.enjoy`` and the
+training run's own evaluations) unless ``--stochastic`` samples them (as the paper's token-task error,
+that of the training batches, is measured).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from tpo_agents.zoo.run_files import read_run_yaml
 DEFAULT_ALGO, DEFAULT_ENV = "tpo", "TPO/TokenReversal-v0"
 
 
-def evaluate(model: Any, env: Any, n_episodes: int = 100, deterministic: bool = False) -> dict[str, Any]:
-    """Run ``n_episodes`` episodes of ``model`` on the VecEnv ``env``; return the error and reward statistics.
+def evaluate(model: Any, env: Any, n_episodes: int = 100, deterministic: bool = True) -> dict[str, Any]:
+    """Run ``n_episodes`` episodes of ``model`` on the VecEnv ``env`` (greedy actions unless not
+    ``deterministic``); return the error and reward statistics.
 
     ``task_error`` is the mean over episodes of the final step's ``token_error`` (token tasks) or
     ``1 - is_success`` (bandits, MNIST).
@@ -146,8 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--pass-k", type=int, default=8, help="text envs: k of pass@k (0: greedy only)")
     p.add_argument("--n-envs", type=int, default=1, help="envs evaluated in parallel")
-    p.add_argument("--deterministic", action="store_true", help="greedy actions (default: sampled)")
-    p.add_argument("--stochastic", dest="deterministic", action="store_false", help="sampled actions")
+    acting = p.add_mutually_exclusive_group()
+    acting.add_argument("--deterministic", action="store_true", default=True,
+                        help="greedy actions (default, as rl_zoo3's enjoy and the run's own evaluations)")
+    acting.add_argument("--stochastic", dest="deterministic", action="store_false", default=True,
+                        help="sampled actions (the paper's token-task error is that of sampled actions)")
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluation env")
     p.add_argument("--device", type=str, default="auto", help="PyTorch device")
     p.add_argument("--num-threads", type=int, default=1, help="torch threads (0 or less: torch's default)")

@@ -41,7 +41,7 @@ def base_argv(run: Path) -> list[str]:
 def test_reports_task_error_over_n_episodes(run: Path, tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     result = main([*base_argv(run), "-n", "20", "--n-envs", "4", "--json", str(out)])
-    assert result["n_episodes"] == 20 and not result["deterministic"]
+    assert result["n_episodes"] == 20 and result["deterministic"]  # greedy by default, as rl_zoo3's enjoy
     assert 0.0 <= result["task_error"] <= 1.0 and 0.0 <= result["success_rate"] <= 1.0
     assert result["env_kwargs"] == {"reward": "bag_of_tokens", "sequence_length": 4, "vocab_size": 2}
     assert result["mean_ep_length"] == 4.0  # the run's env kwargs were used
@@ -49,10 +49,12 @@ def test_reports_task_error_over_n_episodes(run: Path, tmp_path: Path) -> None:
 
 
 def test_deterministic_is_repeatable_and_seeded_sampling_too(run: Path) -> None:
-    greedy = [main([*base_argv(run), "-n", "10", "--deterministic", "--seed", str(s)]) for s in (0, 0)]
+    greedy = [main([*base_argv(run), "-n", "10", *flag]) for flag in (["--deterministic"], [])]  # the default
     assert greedy[0]["deterministic"] and greedy[0]["task_error"] == greedy[1]["task_error"]
-    sampled = [main([*base_argv(run), "-n", "10", "--seed", "3"]) for _ in range(2)]
-    assert sampled[0]["task_error"] == sampled[1]["task_error"]
+    sampled = [main([*base_argv(run), "-n", "10", "--stochastic", "--seed", "3"]) for _ in range(2)]
+    assert not sampled[0]["deterministic"] and sampled[0]["task_error"] == sampled[1]["task_error"]
+    with pytest.raises(SystemExit):  # argparse's one line: not allowed with argument --deterministic
+        main([*base_argv(run), "--deterministic", "--stochastic"])
 
 
 def test_model_choices(run: Path) -> None:
@@ -104,4 +106,6 @@ def test_command_line(run: Path) -> None:
     cmd = [sys.executable, "-m", "tpo_agents.evaluate", *base_argv(run), "-n", "4"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert "4 episodes (greedy): task error" in out.stdout
+    out = subprocess.run([*cmd, "--stochastic"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "4 episodes (sampled): task error" in out.stdout

@@ -211,7 +211,7 @@ def test_evaluate_on_cartpole_reports_reward_not_nan(tmp_path: Path, capsys: pyt
     result = zoo_evaluate.main(["--model", run.save_path, "-n", "3"])
     out = capsys.readouterr().out
     assert result["env_id"] == "CartPole-v1" and "task_error" not in result
-    assert "3 episodes (sampled): mean reward" in out and "nan" not in out and "task error" not in out
+    assert "3 episodes (greedy): mean reward" in out and "nan" not in out and "task error" not in out
     assert "success rate" not in out  # CartPole reports no is_success
     with_success = {**result, "success_rate": 0.5}
     assert "success rate 0.5000" in zoo_evaluate.report(with_success, "m.zip")

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import string
 from collections.abc import Callable, Sequence
@@ -62,16 +63,13 @@ from tpo_gym.vector import (
 )
 
 __all__ = ["FORMAT_INSTRUCTION", "REWARDS", "SPLITS", "SUCCESS_THRESHOLD", "ReasoningGymTask", "TextEnv",
-           "TextVectorEnv", "answer_reader", "extract_answer", "score_completion"]
+           "TextVectorEnv", "answer_reader", "extract_answer", "extract_tag", "score_completion"]
 
 FORMAT_INSTRUCTION = "\n\nThink briefly, then give only the final answer inside <answer></answer> tags."
 REWARDS = ("native", "binary")
 SUCCESS_THRESHOLD = 0.99
 MISSING_REASONING_GYM = "the text envs need reasoning-gym: pip install 'tpo-gym[llm]'"
 
-# The last <answer>...</answer> whose body holds no other opening tag (so an unclosed earlier
-# "<answer>" does not swallow the real one); otherwise as reasoning_gym.utils.extract_answer.
-_ANSWER_RE = re.compile(r"<answer>((?:(?!<answer>).)*?)</answer>", re.DOTALL)
 
 
 def import_reasoning_gym() -> Any:
@@ -83,10 +81,23 @@ def import_reasoning_gym() -> Any:
     return reasoning_gym
 
 
+@functools.cache
+def _tag_re(tag: str) -> re.Pattern[str]:
+    """``<tag>body</tag>`` whose body holds no other opening ``<tag>`` (so an unclosed earlier ``<tag>``
+    does not swallow the real one); for ``answer`` otherwise as reasoning_gym.utils.extract_answer."""
+    tag = re.escape(tag)
+    return re.compile(rf"<{tag}>((?:(?!<{tag}>).)*?)</{tag}>", re.DOTALL)
+
+
+def extract_tag(text: str, tag: str) -> str | None:
+    """The stripped text inside the last ``<tag>...</tag>`` of ``text``, or ``None``."""
+    matches = _tag_re(tag).findall(text)
+    return matches[-1].strip() if matches else None
+
+
 def extract_answer(completion: str) -> str | None:
     """The stripped text inside the last ``<answer>...</answer>`` of ``completion``, or ``None``."""
-    matches = _ANSWER_RE.findall(completion)
-    return matches[-1].strip() if matches else None
+    return extract_tag(completion, "answer")
 
 
 def answer_reader(dataset: Any) -> tuple[str, Callable[[str], str | None]]:

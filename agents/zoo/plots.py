@@ -297,8 +297,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return {"figure": output, "table": table, "rows": rows, "notes": notes}
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m tpo_agents.zoo.plots``: :func:`main`, a run-folder error as one ``error:``
+    line."""
     try:
-        main()
+        main(argv)
     except ResultsError as err:
         sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+    cli()

@@ -8,8 +8,8 @@ came back. A job whose worker raised, died or lost its node (preemption) is run 
 ``retries`` times (Ray's ``max_retries`` with ``retry_exceptions``); a finished seed is never rerun
 (the runner skips it before planning).
 
-The cluster runs the driver's checkout: ``open`` ships the project folder (``agents``, ``tpo_gym``,
-``experiments``, ``zoo_configs``; not ``results/`` or ``.git``) as the job's ``working_dir``, and each
+The cluster runs the driver's checkout: ``open`` ships the project folder (``agents`` with the zoo's
+configs, ``tpo_gym``, ``experiments``; not ``results/`` or ``.git``) as the job's ``working_dir``, and each
 seed file records the driver's code commit. The nodes need the dependencies only (torch, numpy,
 gymnasium, stable-baselines3: ``pip install -e .`` or the package's requirements).
 """

@@ -19,7 +19,7 @@ from experiments.core import RunSpec
 from tpo_agents.zoo.hyperparams import PROJECT_CONFIGS
 
 ZOO_CONFIGS = PROJECT_CONFIGS
-"""The project's ``zoo_configs/`` folder (the single source of the paper's settings)."""
+"""The project's configs, ``zoo_configs/`` of a checkout (the single source of the paper's settings)."""
 
 
 @functools.cache

@@ -3,7 +3,7 @@
 Sources, from lowest to highest precedence (order on the command line does not matter):
 
 1. a directory ``D`` (``--hyperparams zoo_configs/``), read as ``D/<algo>.yml``; without one, the
-   default ``zoo_configs/`` (:func:`default_dir`), also under a file given alone;
+   default: ``./zoo_configs/`` or the project's own (:func:`default_dir`), also under a file given alone;
 2. a YAML file (``.yml``/``.yaml``) or a Python file with a ``hyperparams`` dict;
 3. ``key:value`` overrides (``learning_rate:1e-4 group_mode:token``).
 
@@ -64,9 +64,10 @@ EVALUATED_KEYS = ("policy_kwargs", "replay_buffer_kwargs")
 IMPORTED_KEYS = ("policy", "replay_buffer_class")
 #: Dict-valued keys that merge key by key across sources.
 MERGED_KEYS = ("env_kwargs", "eval_env_kwargs")
-#: The project's ``zoo_configs/`` (the paper's hyperparameters): beside ``agents/`` in a checkout, and in
-#: site-packages after ``pip install .``, which ships it as the package ``zoo_configs``.
-PROJECT_CONFIGS = Path(__file__).resolve().parents[2] / "zoo_configs"
+#: The project's configs (the paper's hyperparameters), package data of ``tpo_agents.zoo``: ``configs/``
+#: beside this module in a checkout, an editable install and site-packages alike. A checkout's root names
+#: the folder ``zoo_configs/`` too (a link), so that ``--hyperparams zoo_configs/`` reads it there.
+PROJECT_CONFIGS = Path(__file__).resolve().parent / "configs"
 #: Where a run without ``--hyperparams``/``--conf-file`` looks for ``<algo>.yml``.
 DEFAULT_DIRS = (Path("zoo_configs"), PROJECT_CONFIGS)
 
@@ -173,7 +174,8 @@ def split_sources(values: list[str]) -> tuple[list[Path], list[Path], dict[str, 
         elif match is not None:
             overrides[match.group(1)] = parse_value(match.group(2))
         elif value.endswith(("/", ".yml", ".yaml", ".py")):
-            raise ConfigError(f"Hyperparameter file or directory not found: {value}")
+            raise ConfigError(f"Hyperparameter file or directory not found: {value} (the project's own, "
+                              f"read without --hyperparams: {PROJECT_CONFIGS})")
         else:
             raise ConfigError(f"Cannot read {value!r}: expected a directory, a .yml/.py file or key:value")
     return dirs, files, overrides

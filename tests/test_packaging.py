@@ -128,3 +128,11 @@ def test_the_main_job_imports_no_llm_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=120)  # fmt: skip
     assert out.stdout.strip() == "[]"
+
+
+def test_torch_has_the_lower_bound_the_readme_explains_and_no_upper_one() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch,) = (item for item in dependencies if requirement_names([item]) == {"torch"})
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert torch == "torch>=2.8" and "asks for `torch>=2.8` and sets no upper bound" in readme

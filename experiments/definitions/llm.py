@@ -55,8 +55,6 @@ GRID_LEARNING_RATES = (3e-6, 1e-5, 3e-5)
 """AdamW learning rates of ``llm_grid``, the same for both methods."""
 GRID_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 0, "split": "validation"}
 """``llm_grid``'s evaluations: greedy answers to 64 validation prompts every 10 updates."""
-STUDY_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 2, "split": "test"}
-"""``llm_study``'s evaluations: greedy and sampled answers to 64 test prompts every 10 updates."""
 SMOKE_EVAL = {"eval_every": 1, "n_prompts": 4, "n_samples": 2}
 """Held-out evaluations of the smoke size (the split of the full size)."""
 
@@ -82,6 +80,7 @@ def study_run(algo: str, preset: str, reward: str, updates: int, learning_rate: 
 
 
 def _evaluation(full: dict[str, Any], smoke: bool) -> dict[str, Any]:
+    """The evaluations of a size: ``full``'s, or the smoke size's on ``full``'s split."""
     return {**SMOKE_EVAL, "split": full["split"]} if smoke else full
 
 

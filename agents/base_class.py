@@ -155,6 +155,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     schedules: ClassVar[tuple[str, ...]] = ()
     #: The algorithm builds its own env; the zoo's env pipeline (normalize, wrappers, n_envs) does not apply.
     owns_env: ClassVar[bool] = True
+    #: Own hyperparameters added after zips were saved without them: such a zip still loads (with their
+    #: defaults, set by the constructor that ``load`` calls), see :func:`identifying_hyperparameters`.
+    later_hyperparameters: ClassVar[frozenset[str]] = frozenset()
     policy: Any
     mode: CollectionMode
 
@@ -285,6 +288,11 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         defined = {"group": cls.group_loss, "sample": cls.sample_loss, "exact": cls.exact_loss}
         return tuple(kind for kind in VIEWS if defined[kind] is not None)
 
+    def loss_view(self) -> str:
+        """The view this algorithm trains on in its ``group_mode``: the first of the mode's views (preferred
+        first) that it has a loss for."""
+        return next(kind for kind in MODES[self.group_mode].views if kind in self.loss_views())
+
     @classmethod
     def supported_modes(cls) -> tuple[str, ...]:
         """The collection modes that offer a view this algorithm has a loss for."""
@@ -342,8 +350,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         checks.check_integer("batch_size", self.batch_size)
         checks.check_integer("n_epochs", self.n_epochs)
         mode = MODES[self.group_mode]
-        view = next(kind for kind in mode.views if kind in self.loss_views())
-        low = mode.min_group_size(view)
+        low = mode.min_group_size(self.loss_view())
         checks.check_integer("group_size", self.group_size, low, f" in {mode.name} mode" if low > 1 else "")
         if not (self.baseline in ("batch_mean", "expected") or checks.is_number(self.baseline)):
             allowed = "'batch_mean', 'expected' or a number"
@@ -378,7 +385,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         if self.kl_coef and not self.mode.has_reference_kl:
             raise ValueError(f"kl_coef={self.kl_coef!r} needs a mode with a reference model (text), "
                              f"not group_mode={self.group_mode!r}")
-        self._view = next(kind for kind in self.mode.views if kind in self.loss_views())
+        self._view = self.loss_view()
         self.lr_schedule = _ScaledSchedule(FloatSchedule(self.learning_rate), self.mode.lr_scale)
         for name in self.schedules:
             setattr(self, name, FloatSchedule(getattr(self, name)))
@@ -616,6 +623,18 @@ def own_hyperparameters(algo_class: type) -> frozenset[str]:
     return frozenset(names - base)
 
 
+def identifying_hyperparameters(algo_class: type) -> frozenset[str]:
+    """The own hyperparameters every zip of ``algo_class`` holds: :func:`own_hyperparameters` less its
+    ``later_hyperparameters``, which zips saved before they were added lack."""
+    return own_hyperparameters(algo_class) - getattr(algo_class, "later_hyperparameters", frozenset())
+
+
+def holds_own_hyperparameters(algo_class: type, held: frozenset[str]) -> bool:
+    """Whether ``held``, the grouped algorithms' own hyperparameters a zip holds, are those of a zip of
+    ``algo_class``: all its :func:`identifying_hyperparameters`, and none but its own."""
+    return identifying_hyperparameters(algo_class) <= held <= own_hyperparameters(algo_class)
+
+
 def saved_data(path: Any) -> dict[str, Any] | None:
     """The ``data`` (attributes, as JSON) of the SB3 zip at ``path`` (a path or an open binary file), or
     None where it cannot be read (SB3's ``load`` then says why)."""
@@ -677,7 +696,7 @@ def saved_by(attributes: frozenset[str]) -> tuple[frozenset[str], list[type]]:
 
     classes = [getattr(tpo_agents, name) for name in tpo_agents.__all__]
     held = attributes & frozenset().union(*map(own_hyperparameters, classes))
-    return held, [klass for klass in classes if own_hyperparameters(klass) == held]
+    return held, [klass for klass in classes if holds_own_hyperparameters(klass, held)]
 
 
 def check_saved_by(algo_class: type, path: Any, data: dict[str, Any]) -> None:
@@ -695,10 +714,10 @@ def check_saved_by(algo_class: type, path: Any, data: dict[str, Any]) -> None:
     if isinstance(saver, str) and saver != name:
         raise ValueError(f"cannot load {path} as {name}: it was saved by {saver}; load it with {saver}.load")
     held, classes = saved_by(attributes)
-    expected = saved_by(own_hyperparameters(algo_class))[0]
-    if held != expected:
+    if not holds_own_hyperparameters(algo_class, held):
         saver = " or ".join(klass.__name__ for klass in classes) or "another algorithm"
-        holds, wanted = ", ".join(sorted(held)) or "none", ", ".join(sorted(expected)) or "none"
+        holds = ", ".join(sorted(held)) or "none"
+        wanted = ", ".join(sorted(identifying_hyperparameters(algo_class))) or "none"
         raise ValueError(f"cannot load {path} as {name}: it was saved by {saver} (it holds {holds} of the "
                          f"grouped algorithms' own hyperparameters; a {name} zip holds {wanted})")
 

@@ -119,10 +119,15 @@ def argmax_last(x: torch.Tensor) -> torch.Tensor:
     return n - ((x == best) * first_weight).amax(-1)
 
 
-def _centred_popstd(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """c = x - mean x and the population standard deviation sqrt(mean(c^2)) over ``dim`` (keepdim)."""
+def _centred_std(x: torch.Tensor, dim: int, correction: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """c = x - mean x and the standard deviation sqrt(mean(c^2) n / (n - correction)) over ``dim`` (keepdim,
+    n entries): the population std (``correction=0``) or the sample std with Bessel's correction (1)."""
     centred = x - x.mean(dim, keepdim=True)
-    return centred, centred.pow(2).mean(dim, keepdim=True).sqrt()
+    variance = centred.pow(2).mean(dim, keepdim=True)
+    if correction:
+        n = x.shape[dim]
+        variance = variance * (n / max(n - correction, 1))
+    return centred, variance.sqrt()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -159,7 +164,7 @@ def standardize(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
     as the paper states (App. A), also where the float mean of K equal scores is off by a rounding
     error (K not a power of two).
     """
-    centred, sigma = _centred_popstd(scores, -1)
+    centred, sigma = _centred_std(scores, -1)
     return _scaled_where_signal(centred, sigma, threshold)
 
 
@@ -171,7 +176,7 @@ def _scaled_where_signal(centred: torch.Tensor, sigma: torch.Tensor, threshold: 
 
 def zero_variance_groups(scores: torch.Tensor, threshold: float = 1e-6) -> torch.Tensor:
     """Bool mask ``[...]`` of the groups whose scores carry no signal: popstd_K s <= threshold."""
-    return _centred_popstd(scores, -1)[1].squeeze(-1) <= threshold
+    return _centred_std(scores, -1)[1].squeeze(-1) <= threshold
 
 
 def tpo_target(
@@ -253,18 +258,36 @@ def group_pg_loss(logscores: torch.Tensor, scores: torch.Tensor, eta: float = 1.
     return -(weights * logscores).sum(-1).mean()
 
 
-def grpo_advantages(scores: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """GRPO group advantages over the last axis K: A = (s - mean_K s) / (popstd_K s + eps).
+#: GRPO's group scales (:func:`grpo_advantages`): name -> (Bessel's correction, eps added to the std).
+GRPO_ADVANTAGE_STDS: dict[str, tuple[int, float]] = {"population": (0, 1e-8), "sample": (1, 1e-4)}
+
+
+def grpo_advantages(scores: torch.Tensor, std: str = "population") -> torch.Tensor:
+    """GRPO group advantages over the last axis K: A = (s - mean_K s) / (sigma_K + eps), c = s - mean_K s,
+
+    ``"population"`` (the paper's):  sigma = popstd_K s = sqrt(mean_K c^2),                 eps = 1e-8;
+    ``"sample"`` (TRL's ``scale_rewards="group"``): sigma = sqrt(mean_K c^2 * K / (K - 1)),  eps = 1e-4
+    (the std with Bessel's correction, as TRL's ``nanstd``).
 
     A group of equal scores gets A = 0 exactly (its float mean can be a rounding error off the scores
     when K is not a power of two, which eps would otherwise magnify). Raises ``ValueError`` on
-    non-finite scores.
+    non-finite scores or an unknown ``std``.
     """
+    if std not in GRPO_ADVANTAGE_STDS:
+        raise ValueError(f"std={std!r}: use one of {', '.join(map(repr, GRPO_ADVANTAGE_STDS))}")
     check_scores(scores)
+    correction, eps = GRPO_ADVANTAGE_STDS[std]
     scores = scores.detach()
-    centred, sigma = _centred_popstd(scores, -1)
+    centred, sigma = _centred_std(scores, -1, correction)
     equal = (scores == scores[..., :1]).all(-1, keepdim=True)
     return torch.where(equal, 0.0, centred / (sigma + eps))
+
+
+def _clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_range: float) -> torch.Tensor:
+    """PPO's clipped surrogate, elementwise (to be maximised): min(rho A, clip(rho, 1 - eps, 1 + eps) A),
+    rho = exp(log_ratio)."""
+    ratio = log_ratio.exp()
+    return torch.min(ratio * advantages, ratio.clamp(1 - clip_range, 1 + clip_range) * advantages)
 
 
 def grpo_loss(
@@ -285,14 +308,46 @@ def grpo_loss(
     """
     _check_groups(logscores)
     log_ratio = (logscores - old_logscores.detach()).clamp(-20.0, 20.0)
-    ratio = log_ratio.exp()
-    advantages = advantages.detach()
-    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_range, 1 + clip_range) * advantages)
+    surrogate = _clipped_surrogate(log_ratio, advantages.detach(), clip_range)
     kl = k3(-log_ratio)
     per_group = (surrogate - beta * kl).sum(-1)
     if mask is None:
         return -per_group.mean()
     return -(per_group * mask).sum() / mask.sum().clamp(min=1)
+
+
+def dapo_loss(
+    token_log_probs: torch.Tensor,
+    old_token_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float = 0.2,
+    beta: float = 0.0,
+    n_tokens: torch.Tensor | float | None = None,
+) -> torch.Tensor:
+    """GRPO with per-token ratios and one token mean over the batch: TRL's default GRPO loss
+    (``GRPOTrainer._compute_loss`` with ``loss_type="dapo"``, ``importance_sampling_level="token"``).
+
+        rho_it = exp(log pi_theta(y_it) - sg log pi_old(y_it))          (per token, not clamped)
+        k3_it  = exp(-x_it) + x_it - 1,  x_it = log rho_it               (KL to the rollout snapshot)
+        loss   = - sum_{i,t} m_it [ min(rho_it A_i, clip(rho_it, 1-eps, 1+eps) A_i) - beta k3_it ] / n_tokens
+
+    ``token_log_probs`` (with gradient), ``old_token_log_probs`` and the 0/1 ``mask`` are ``[N, T]``, the
+    advantages A ``[N]`` (one per completion) or ``[N, T]``. ``n_tokens`` (default sum m, the rows' completion
+    tokens) is the count the sum is divided by: a part of a batch passes the whole batch's count (TRL's
+    ``num_items_in_batch``), so that the parts' losses add up to the batch's. TRL's ``beta`` is a KL to a
+    reference model (``kl_coef`` here); ``beta`` here is :func:`grpo_loss`'s, 0 in TRL's loss.
+    """
+    for name, tensor in (("old token log-probs", old_token_log_probs), ("mask", mask)):
+        if tensor.shape != token_log_probs.shape:
+            raise ValueError(f"{name} {tuple(tensor.shape)} must be shaped like the token log-probs "
+                             f"{tuple(token_log_probs.shape)}")
+    log_ratio = token_log_probs - old_token_log_probs.detach()
+    terms = _clipped_surrogate(log_ratio, per_token(advantages.detach(), token_log_probs), clip_range)
+    if beta:  # k3 of an unclamped ratio may overflow to inf, which a factor beta = 0 would turn into NaN
+        terms = terms - beta * k3(-log_ratio)
+    count = mask.sum().clamp(min=1) if n_tokens is None else n_tokens
+    return -(terms * mask).sum() / count
 
 
 def sequence_logscores(
@@ -427,9 +482,7 @@ def ppo_loss(
     rho = exp(logp - sg old_logp) (unclamped),
     loss = - mean_b sum_t w min(rho A, clip(rho, 1-eps, 1+eps) A); ``weights`` as in :func:`pg_loss`.
     """
-    ratio = (logp - old_logp.detach()).exp()
-    advantages = per_token(advantages.detach(), logp)
-    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_range, 1 + clip_range) * advantages)
+    surrogate = _clipped_surrogate(logp - old_logp.detach(), per_token(advantages.detach(), logp), clip_range)
     return -_mean_batch_sum_rest(surrogate, _weights(weights, logp))
 
 

@@ -89,15 +89,32 @@ class EnvTraits:
 
 
 @dataclass
+class CompletionTokens:
+    """The tokens of a group view's candidates (text mode: the completions), for token-level losses:
+    log pi_theta (with gradient) and log pi_old of every token ``[R, T]``, rows i*K .. i*K+K-1 the
+    candidates of group i, and their 0/1 ``mask``. ``n_tokens`` is the count a token sum of these rows is
+    divided by: the completion tokens of the whole batch times the rows' share R / N of it (the trainer
+    weights each part's loss by that share), so that the parts' sum_t m terms / n_tokens add up to one
+    mean over the batch's tokens whatever the micro-batch size."""
+
+    log_probs: th.Tensor
+    old_log_probs: th.Tensor
+    mask: th.Tensor
+    n_tokens: th.Tensor
+
+
+@dataclass
 class GroupView:
     """Groups ``[..., K]``: current log-scores L_theta (with gradient), L_old and raw scores s; ``valid``
     (bool ``[..., K]``, None: all) marks the candidates that take part in the group softmax (the text
-    mode drops completions without tokens)."""
+    mode drops completions without tokens); ``tokens``: the candidates' tokens, in the modes with
+    :attr:`CollectionMode.has_completion_tokens` (text), else None."""
 
     logscores: th.Tensor
     old_logscores: th.Tensor
     scores: th.Tensor
     valid: th.Tensor | None = None
+    tokens: CompletionTokens | None = None
 
 
 @dataclass
@@ -157,6 +174,9 @@ class CollectionMode(ABC):
     needs: ClassVar[str] = "an env of its classes"
     #: Whether :meth:`reference_kl` is available (a frozen reference model, ``kl_coef``).
     has_reference_kl: ClassVar[bool] = False
+    #: Whether the group view carries its candidates' tokens (:class:`CompletionTokens`), for token-level
+    #: losses (GRPO's ``loss_type="dapo"``).
+    has_completion_tokens: ClassVar[bool] = False
 
     def __init__(
         self, batch_size: int, group_size: int, match: str, baseline: Any, observation_space: Any,

@@ -14,7 +14,7 @@ from gymnasium.vector import VectorEnv
 from stable_baselines3.common.logger import Logger
 
 from tpo_agents import losses
-from tpo_agents.modes.base import CollectionMode, GroupView, SampleView, StepHook
+from tpo_agents.modes.base import CollectionMode, CompletionTokens, GroupView, SampleView, StepHook
 from tpo_agents.policies.protocols import TextPolicy
 from tpo_gym.envs.text import TextEnv, TextVectorEnv
 
@@ -59,6 +59,13 @@ class TextPart:
     def mask(self) -> th.Tensor:
         return self.batch.mask[self.rows].float()
 
+    @property
+    def n_tokens(self) -> th.Tensor:
+        """The batch's completion tokens times the part's share w = R / N of the rows (by which the trainer
+        multiplies each part's loss): sum_parts w * sum_part terms / n_tokens = sum_batch terms / tokens,
+        one token mean over the batch whatever the micro-batch size."""
+        return self.batch.mask.sum().clamp(min=1) * (len(self.rows) / self.batch.scores.numel())
+
 
 class TextMode(CollectionMode):
     """B prompts x K completions (paper Sec. 3.8): the K completions of a prompt are one group.
@@ -66,7 +73,9 @@ class TextMode(CollectionMode):
     Group view: L = the completion's log-score, ``sum`` or per-token ``mean`` of its token
     log-probs (the policy's ``logscore``), s = the env's score, groups ``[B, K]``; a completion without
     tokens (the policy's ``mask_truncated_completions`` empties truncated ones) leaves its group's softmax
-    (TPO: :func:`tpo_agents.losses.masked_tpo_loss`, logged as ``train/dropped_rows``).
+    (TPO: :func:`tpo_agents.losses.masked_tpo_loss`, logged as ``train/dropped_rows``). The view also
+    carries the completions' token log-probs and mask (:class:`~tpo_agents.modes.CompletionTokens`,
+    for token-level losses: GRPO's ``loss_type="dapo"``).
     Sample view (PG, DG, PPO): the completion's token log-probs ``[N, T]`` with its padding mask
     and A = s - b (``batch_mean`` over the B*K completions, or a constant).
     The loss runs over parts of whole groups of at most the policy's ``micro_batch_size`` rows, with
@@ -87,6 +96,7 @@ class TextMode(CollectionMode):
     env_description = "a text env (TPO/ReasoningGym-v0, TPO/GraphColor-v0, ...)"
     action_space_types = (spaces.Text,)
     has_reference_kl = True
+    has_completion_tokens = True
 
     @classmethod
     def min_group_size(cls, view: str) -> int:
@@ -169,7 +179,8 @@ class TextMode(CollectionMode):
 
         old, scores = batch.old_token_log_probs[part.rows], batch.scores.reshape(-1)[part.rows]
         valid = mask.bool().any(-1).reshape(-1, k)  # a completion without tokens leaves the softmax
-        return GroupView(logscores(token_log_probs), logscores(old), scores.reshape(-1, k), valid)
+        tokens = CompletionTokens(token_log_probs, old, mask, part.n_tokens)
+        return GroupView(logscores(token_log_probs), logscores(old), scores.reshape(-1, k), valid, tokens)
 
     def sample_view(self, part: TextPart, token_log_probs: th.Tensor) -> SampleView:
         batch = part.batch
@@ -260,13 +271,9 @@ class TextMode(CollectionMode):
 
 
 def _token_mean_share(part: TextPart, terms: th.Tensor) -> th.Tensor:
-    """The part's per-token ``terms [R, T]`` summed over its completion tokens, divided by the batch's
-    completion tokens and by the part's weight w = R / N (its share of the rows, by which the trainer
-    multiplies each part's value): sum_parts w * share = sum_batch terms / tokens, one token mean over the
-    batch whatever the micro-batch size."""
-    batch = part.batch
-    weight = len(part.rows) / batch.scores.numel()
-    return (terms * part.mask).sum() / batch.mask.sum().clamp(min=1) / weight
+    """The part's per-token ``terms [R, T]`` summed over its completion tokens and divided by
+    :attr:`TextPart.n_tokens`: the part's share of one token mean over the batch."""
+    return (terms * part.mask).sum() / part.n_tokens
 
 
 def _cell(value: Any) -> str:

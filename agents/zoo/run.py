@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from tpo_agents import callback_steps
-from tpo_agents.base_class import own_hyperparameters, saved_attributes, saved_by
+from tpo_agents.base_class import holds_own_hyperparameters, saved_attributes, saved_by
 from tpo_agents.checks import HyperparameterError
 from tpo_agents.learn_loop import GroupAlgorithm, model_zip_path
 from tpo_agents.provenance import code_version
@@ -273,7 +273,7 @@ def check_bare_zip(setup: RunSetup, given: str, path: str) -> None:
     if attributes is None:
         raise hp.ConfigError(f"cannot load --trained-agent {path}: it is not a readable model zip")
     held, classes = saved_by(attributes)
-    if held != saved_by(own_hyperparameters(setup.algo_cls))[0]:
+    if not holds_own_hyperparameters(setup.algo_cls, held):
         grouped = [name for name in registry.ALGOS if name not in registry.EXTERNAL_ALGOS]
         algos = [name for name in grouped if registry.get_algo(name) in classes]
         by = f"by one of {', '.join(algos)}" if algos else "by another algorithm"

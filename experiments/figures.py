@@ -1,4 +1,6 @@
-"""The report's figure (``experiments.report``): one panel per (curve, variant), each method's seed mean
+"""The report's figure: one panel per (curve, variant), each method's seed mean and standard error.
+
+The figure of ``experiments.report``: one panel per (curve, variant), each method's seed mean
 +- s.e. (``tpo_agents.zoo.results.seed_mean_se``: population std / sqrt(n)) over the update axis, the
 threshold as a dashed line, a log axis where the experiment asks for one; MNIST adds Fig. 5b's bars,
 the language-model experiments the best constant answer's held-out error as a dotted line

@@ -1,5 +1,7 @@
-"""The held-out evaluations of the language-model experiments beyond the report's metric (the greedy
-exact-match error): what each method learnt, before against after training, beside the task's shortcut.
+"""The language-model experiments' held-out evaluations: before against after training, beside a shortcut.
+
+Beyond the report's metric (the greedy exact-match error): what each method learnt, before against after
+training, beside the task's shortcut.
 
 ``held_out_rows(runs)`` gives, for every (variant, method) whose seeds record the evaluations of
 ``experiments.recorders.LLMEvalRecorder``, the seed mean of each :data:`HELD_OUT` value at the first

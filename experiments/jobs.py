@@ -1,6 +1,8 @@
-"""One job of the multi-seed runner: what it is (``Task``, ``Job``), how it trains (``train_job``: the
-agent built as the zoo builds it, trained for exactly its number of updates while a recorder records)
-and how its seeds' files are written (``write_results``, on the machine that launched it).
+"""One job of the multi-seed runner: what it is, how it trains, and how its seeds' files are written.
+
+What it is (``Task``, ``Job``), how it trains (``train_job``: the agent built as the zoo builds it,
+trained for exactly its number of updates while a recorder records) and how its seeds' files are
+written (``write_results``, on the machine that launched it).
 
 A run builds the agent exactly as the zoo does (``tpo_agents.zoo.registry``: the class of the zoo name plus
 the keyword arguments that define an ablation, then the run's own keyword arguments), on the env made

@@ -1,5 +1,7 @@
-"""Where the runner's jobs run: a ``Launcher`` trains jobs somewhere and hands each finished one back to
-the driver (``experiments.runner.run_tasks``), which writes its seed files.
+"""Where the runner's jobs run: local processes or a Ray cluster, each job handed back to the driver.
+
+A ``Launcher`` trains jobs somewhere and hands each finished one back to the driver
+(``experiments.runner.run_tasks``), which writes its seed files.
 
 * ``processes`` (:class:`ProcessLauncher`): ``n_jobs`` spawned processes on this machine (one torch
   thread each), or this process for 1.

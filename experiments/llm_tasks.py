@@ -1,5 +1,6 @@
-"""``python -m experiments.llm_tasks --tasks a,b,c [--prompts 32] [--samples 8] [--config key:value ...]``:
-measure reasoning-gym tasks for a language-model study before training on them (docs/llm.md).
+"""Measure reasoning-gym tasks for a language-model study before training on them (docs/llm.md).
+
+``python -m experiments.llm_tasks --tasks a,b,c [--prompts 32] [--samples 8] [--config key:value ...]``.
 
 For each task (a preset of :data:`CANDIDATES`, or ``dataset[:key=value[:key=value...]]`` with the
 dataset's reasoning-gym config keys; values are Python literals, e.g.

@@ -1,5 +1,7 @@
-"""The paper's comparisons as differences (``experiments.report``'s "pairwise differences"): in every
-cell (variant) that holds TPO, TPO against each other method of the cell, over their independent seeds.
+"""The paper's comparisons as differences: TPO against each other method of a cell, over their seeds.
+
+``experiments.report``'s "pairwise differences": in every cell (variant) that holds TPO, TPO against each
+other method of the cell, over their independent seeds.
 
 * Final: the seeds' final errors (the last single point of the metric, the report's "final"); the
   difference of their means, mean(TPO) - mean(method), negative where TPO ends lower.

@@ -1,5 +1,7 @@
-"""Performance profiles of the seeds' final errors (beyond the paper; the aggregate view of Agarwal et
-al. 2021, "Deep RL at the edge of the statistical precipice", whose ``rliable`` draws them for scores).
+"""Performance profiles of the seeds' final errors, beyond the paper (Agarwal et al. 2021).
+
+The aggregate view of Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice", whose
+``rliable`` draws them for scores.
 
 For one (variant, method) with final errors e_1..e_n over seeds, the profile is P(tau) = #{j: e_j <=
 tau} / n on a log grid of tau, drawn with its pointwise percentile-bootstrap 95% band over seeds

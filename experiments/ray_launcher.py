@@ -1,5 +1,6 @@
-"""The runner's jobs on a Ray cluster (``pip install "tpo-gym[ray]"``): ``python -m experiments.run
-<experiment> --launcher ray [--address ADDRESS]``.
+"""The runner's jobs on a Ray cluster (``pip install "tpo-gym[ray]"``).
+
+``python -m experiments.run <experiment> --launcher ray [--address ADDRESS]``.
 
 Each job (consecutive seeds of one run, ``experiments.runner.plan_jobs``) is one Ray task of one CPU
 that trains and returns the seeds' curves and meta to the driver, which writes the seed files as each

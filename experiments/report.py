@@ -1,4 +1,6 @@
-"""``python -m experiments.report <experiment> [--smoke] [--out results/paper] [--figures docs/figures/]``:
+"""One experiment's figure and table, ours beside the paper's, from the per-seed files (no training).
+
+``python -m experiments.report <experiment> [--smoke] [--out results/paper] [--figures docs/figures/]``:
 the paper's figure (seed mean +- s.e., log-scale error) as a PNG and its table, ours beside the paper's,
 from the per-seed files (default ``results/paper``, the committed results; no training).
 

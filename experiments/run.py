@@ -1,6 +1,8 @@
-"""``python -m experiments.run <experiment> [--smoke] [--n-seeds N] [--n-jobs J] [--members-per-process N]
+"""Run the seeds of one experiment of the paper, one file per seed, resuming where a run stopped.
+
+``python -m experiments.run <experiment> [--smoke] [--n-seeds N] [--n-jobs J] [--members-per-process N]
 [--episodes N] [--algorithms a,b] [--variants v,w] [--out results/paper] [--launcher processes|ray]
-[--address A] [--retries R]``: run the seeds of one experiment of the paper.
+[--address A] [--retries R]``.
 
 Per-seed curves go to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` (default out
 ``results/paper``, the committed results behind docs/results.md); a seed already finished with the same

@@ -1,6 +1,8 @@
-"""Multi-seed runner: plan the (variant, algorithm, seed) runs of an experiment, skip the finished ones,
-group the rest into jobs, run the jobs with a launcher (``experiments.launchers``: local processes or a
-Ray cluster) and write each seed's curves where the runner runs.
+"""Multi-seed runner: plan an experiment's seeds, skip the finished ones, run the rest as jobs, write them.
+
+Plan the (variant, algorithm, seed) runs of an experiment, skip the finished ones, group the rest into
+jobs, run the jobs with a launcher (``experiments.launchers``: local processes or a Ray cluster) and
+write each seed's curves where the runner runs.
 
 Seeds as a batch dimension: consecutive seeds k..k+S-1 of one run train as one model with ``seed=k,
 n_seeds=S`` (``experiments.jobs``), at most ``members_per_process`` per job, where the run's policy has

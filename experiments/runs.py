@@ -1,6 +1,8 @@
-"""The seeds of one experiment as the report reads them: ``load_runs(out, experiment)`` gives, for every
-(variant, algorithm) cell under ``<out>/<experiment>``, a :class:`Runs` holding its seeds' curves stacked
-along a first seed axis and their meta (``experiments.core.load_seed``).
+"""The seeds of one experiment as the report reads them: each cell's curves stacked along a seed axis.
+
+``load_runs(out, experiment)`` gives, for every (variant, algorithm) cell under ``<out>/<experiment>``, a
+:class:`Runs` holding its seeds' curves stacked along a first seed axis and their meta
+(``experiments.core.load_seed``).
 
 The report (``experiments.report``), its figures (``experiments.figures``, ``experiments.profiles``) and
 its pairwise differences (``experiments.pairwise``) import this module; it imports none of them.

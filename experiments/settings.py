@@ -1,5 +1,6 @@
-"""One setting against another, method by method (``experiments.report``'s "setting differences"): for
-each pair (variant, baseline variant) of ``Experiment.compared_variants``, every method present in both,
+"""One setting against another, method by method (``experiments.report``'s "setting differences").
+
+For each pair (variant, baseline variant) of ``Experiment.compared_variants``, every method present in both,
 the variant's seeds against the baseline's (e.g. Table 3's ``skip/H10``, which skips the batches without
 signal, against ``prompts/H10``, which lets the optimizer step on their zero gradient).
 

@@ -1,6 +1,8 @@
-"""The experiments' hyperparameters come from the zoo: ``zoo_configs/<algo>.yml``, the entry of the env id
-(or ``default``), read by ``tpo_agents.zoo.hyperparams.load_hyperparams`` as ``python train.py`` reads it,
-with the keyword arguments that define an ablation (``tpo_agents.zoo.registry.defining_settings``).
+"""The experiments' hyperparameters, read from the zoo's YAML files as ``python train.py`` reads them.
+
+A run's keyword arguments are the entry of its env id (or ``default``) in ``zoo_configs/<algo>.yml``,
+read by ``tpo_agents.zoo.hyperparams.load_hyperparams``, plus the keyword arguments that define an
+ablation (``tpo_agents.zoo.registry.defining_settings``).
 
 An experiment adds only what it varies (V, H, K, eta, the reward type, the target logic, the matching,
 the grouping level, a swept batch size, ...) through :func:`zoo_run`. The zoo-only keys (``n_timesteps``,

@@ -1,5 +1,6 @@
-"""README's facts: every repository path it names exists (its Layout block included), and its description
-of the main job (the first command) is what ``zoo_configs/tpo.yml`` sets."""
+"""README's facts: every repository path it names exists, and its description of the main job (the first
+command) is what ``zoo_configs/tpo.yml`` sets. Its layout of the modules is generated
+(``experiments.docs_tables``: ``tests/experiments/test_experiments_docs.py``)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,6 @@ README = (ROOT / "README.md").read_text()
 OUTPUTS = ("logs", "runs", "results/smoke")
 #: The main job: README's first command.
 MAIN_JOB = "python train.py --algo tpo --env TokenReversal --hyperparams zoo_configs/"
-#: The width of the Layout block's column of names; descriptions follow it.
-NAME_COLUMN = 26
-#: Files and folders a line of the Layout block's description names (``cli.py``, ``modes/``).
-DESCRIBED = re.compile(r"(?<![\w./<-])([\w-]+(?:/[\w-]+)*(?:\.py|\.md|\.yml|/))(?![\w/])")
 
 
 def code_and_links(text: str) -> list[str]:
@@ -40,36 +37,11 @@ def named_paths(text: str) -> set[str]:
             and not any(word == out or word.startswith(f"{out}/") for out in OUTPUTS)}  # fmt: skip
 
 
-def layout_paths(text: str) -> set[Path]:
-    """The paths of the Layout block: a name at a line's start is under the root, one indented by two spaces
-    under the last such folder; the files and folders an entry's description names are under its folder,
-    that last folder or the root, wherever one exists."""
-    block = text.split("## Layout", 1)[1].split("```")[1]
-    paths: set[Path] = set()
-    top = folder = ROOT
-    for line in block.splitlines()[1:]:
-        if entry := re.match(r"^(  )?(\S+(?: \S+)*?)  +", line):
-            indented = entry.group(1) is not None
-            names = [(top if indented else ROOT) / name for name in entry.group(2).split()]
-            paths.update(names)
-            folder = names[0] if names[0].is_dir() else names[0].parent
-            top = top if indented else folder
-        for name in DESCRIBED.findall(line[NAME_COLUMN:]):
-            places = [place / name for place in (folder, top, ROOT)]
-            paths.add(next((path for path in places if path.exists()), places[0]))
-    return paths
-
-
 def test_every_path_the_readme_names_exists() -> None:
     paths = named_paths(README)
-    assert {".ci/run", "docs/llm.md", "zoo_configs/", "train.py", "agents/zoo/"} <= paths
+    assert {".ci/run", "docs/llm.md", "zoo_configs/", "train.py", "agents/zoo/", "agents/learn_loop.py",
+            "agents/zoo/configs/"} <= paths
     assert not [path for path in sorted(paths) if not any(ROOT.glob(path.rstrip("/")))]
-
-
-def test_every_path_the_layout_names_exists() -> None:
-    paths = layout_paths(README)
-    assert {ROOT / "agents" / "learn_loop.py", ROOT / "agents" / "zoo" / "cli.py", ROOT / "configs"} <= paths
-    assert not [str(path.relative_to(ROOT)) for path in sorted(paths) if not path.exists()]
 
 
 def test_the_readme_states_the_main_jobs_size() -> None:

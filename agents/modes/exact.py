@@ -1,5 +1,7 @@
 """Exact mode: every action of every context scored exactly (the multi-context bandit's exact updates,
-and the CE oracle). Called ``population`` before (``tpo_agents.modes.OLD_MODE_NAMES``)."""
+and the CE oracle).
+
+Its former name ``population`` still works (``tpo_agents.modes.OLD_MODE_NAMES``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""docs/results.md's generated tables (``experiments.docs_tables``): equal to what the committed seed files
-give, and the generator itself on small hand-made seed files."""
+"""The docs' generated tables (``experiments.docs_tables``): docs/results.md's and docs/llm.md's equal to
+what the committed seed files give, README's layout to the modules' docstrings, and the generator itself
+on small hand-made seed files and packages."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from experiments.docs_tables import (
     DOC,
     END,
     LLM_DOC,
+    README,
     SUPERSEDED,
     blocks,
     code_versions_table,
@@ -23,8 +25,10 @@ from experiments.docs_tables import (
     file_sizes_table,
     fill,
     generate,
+    layout_table,
     main,
     on_llm_page,
+    page_of,
     seed_files,
     seed_ranges,
     what_ran_table,
@@ -36,16 +40,48 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_results_md_holds_the_tables_of_the_committed_files():
-    """Regenerating every table from results/paper and results/superseded gives exactly what the pages
-    hold (docs/llm.md the LLM experiments', docs/results.md every other), and each page holds every
-    table of its own the files give (``python -m experiments.docs_tables`` rewrites them)."""
-    tables = generate(ROOT / RESULTS, ROOT / SUPERSEDED)
-    for doc, llm in ((DOC, False), (LLM_DOC, True)):
+def test_the_pages_hold_the_generated_tables():
+    """Regenerating every table from results/paper, results/superseded and the modules gives exactly what
+    the pages hold (docs/llm.md the LLM experiments', README.md the layout, docs/results.md every other),
+    and each page holds every table of its own (``python -m experiments.docs_tables`` rewrites them)."""
+    tables = generate(ROOT / RESULTS, ROOT / SUPERSEDED, code=ROOT)
+    for doc in (DOC, LLM_DOC, README):
         text = (ROOT / doc).read_text()
-        own = {name: body for name, body in tables.items() if on_llm_page(name) == llm}
+        own = {name: body for name, body in tables.items() if page_of(name) == doc}
         assert sorted(blocks(text)) == sorted(own), doc
         assert differences(text, own) == [], "run python -m experiments.docs_tables"
+
+
+def test_readme_holds_the_layout_of_the_modules():
+    """README's layout is the modules' own docstrings: a module added, deleted or redescribed changes it."""
+    assert blocks((ROOT / README).read_text())["layout"] == layout_table(ROOT)
+    assert page_of("layout") == README and page_of("report:llm_study") == LLM_DOC
+    assert page_of("superseded-report:terminal") == DOC
+
+
+def test_layout_table_lists_every_module_with_its_docstring(tmp_path):
+    """A package's row, a row per module, a row per subpackage naming its modules; the first paragraph of
+    each docstring on one line, its reST roles as code; a module without a docstring is an error."""
+    for package in ("tpo_gym", "agents", "experiments", "benchmarks"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(f'"""The {package} package."""\n')
+    (tmp_path / "agents" / "tpo.py").write_text('"""Target Policy\nOptimization.\n\nMore."""\n')
+    (tmp_path / "agents" / "modes").mkdir()
+    (tmp_path / "agents" / "modes" / "__init__.py").write_text('"""Modes of :mod:`tpo_agents.rollout`."""\n')
+    (tmp_path / "agents" / "modes" / "token.py").write_text('"""Token | mode."""\n')
+    (tmp_path / "agents" / "zoo_configs").mkdir()  # a folder without __init__.py: not a package
+    rows = layout_table(tmp_path).splitlines()[2:]
+    assert rows == [
+        "| `tpo_gym/` | The tpo_gym package. |",
+        "| `agents/` | The agents package. |",
+        "| `agents/modes/` | Modes of `tpo_agents.rollout`. Modules: `token.py`. |",
+        "| `agents/tpo.py` | Target Policy Optimization. |",
+        "| `experiments/` | The experiments package. |",
+        "| `benchmarks/` | The benchmarks package. |",
+    ]
+    (tmp_path / "benchmarks" / "speed.py").write_text("import os\n")
+    with pytest.raises(ValueError, match="speed.py: no docstring"):
+        layout_table(tmp_path)
 
 
 def test_llm_experiments_tables_go_on_the_llm_page():
@@ -191,8 +227,9 @@ def test_main_checks_and_rewrites_the_page(results, tmp_path, capsys):
     doc = tmp_path / "results.md"
     names = list(generate(results, tmp_path / "none"))
     doc.write_text("# page\n\n" + "\n\n".join(f"{BEGIN.format(n)}\nstale\n{END}" for n in names) + "\n")
-    args = ["--doc", str(doc), "--llm-doc", str(tmp_path / "llm.md"), "--results", str(results),
-            "--superseded", str(tmp_path / "none")]
+    args = ["--doc", str(doc), "--llm-doc", str(tmp_path / "llm.md"), "--readme", str(tmp_path / "README.md"),
+            "--root", str(ROOT), "--results", str(results), "--superseded", str(tmp_path / "none")]
+    (tmp_path / "README.md").write_text(f"# readme\n\n{BEGIN.format('layout')}\n{END}\n")
     before = doc.read_text()
     assert main([*args, "--check"]) == 1
     assert doc.read_text() == before
@@ -200,6 +237,7 @@ def test_main_checks_and_rewrites_the_page(results, tmp_path, capsys):
     assert main(args) == 0
     assert main([*args, "--check"]) == 0
     assert blocks(doc.read_text())["code-versions"] == code_versions_table(seed_files(results))
+    assert blocks((tmp_path / "README.md").read_text())["layout"] == layout_table(ROOT)
     doc.write_text(doc.read_text().replace(BEGIN.format("file-sizes"), "<!-- file-sizes -->"))
     assert main([*args, "--check"]) == 1  # a table the files give but the page lacks
     assert "no marked table file-sizes" in capsys.readouterr().out

@@ -1,5 +1,7 @@
-"""TPO as a verl plugin (verl 0.9.x): advantage estimator and policy loss ``"tpo"``, a config validator,
-a reasoning-gym reward function and a parquet exporter for the text envs.
+"""TPO as a verl plugin (verl 0.9.x): the ``"tpo"`` estimator and loss, checks, reward, data export.
+
+The advantage estimator and policy loss ``"tpo"``, a config validator, a reasoning-gym reward function
+and a parquet exporter for the text envs.
 
 Target Policy Optimization (arXiv 2604.06159, Sec. 2) in verl's notation. For a prompt x, verl's
 rollout draws K = ``actor_rollout_ref.rollout.n`` completions y_1..y_K with scores s_i (the sum of the

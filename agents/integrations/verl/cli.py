@@ -1,4 +1,6 @@
-"""The command line: ``python -m tpo_agents.integrations.verl check CONFIG.yaml [key=value ...]`` and
+"""The plugin's command line: check a verl config for TPO, export a text env's splits as parquet files.
+
+``python -m tpo_agents.integrations.verl check CONFIG.yaml [key=value ...]`` and
 ``python -m tpo_agents.integrations.verl export --env ID --out DIR``."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""TPO's two settings in verl's own config: ``actor_rollout_ref.actor.policy_loss.tpo_eta`` and
-``tpo_logscore``.
+"""TPO's two settings, ``tpo_eta`` and ``tpo_logscore``, in verl's own policy-loss config.
+
+``actor_rollout_ref.actor.policy_loss.tpo_eta`` and ``actor_rollout_ref.actor.policy_loss.tpo_logscore``.
 
 verl 0.9's ``PolicyLossConfig`` has fixed fields, but verl builds the actor config with hydra's
 ``instantiate`` from the ``_target_`` of each node, so the policy-loss node may name a subclass:

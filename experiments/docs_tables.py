@@ -74,8 +74,8 @@ DOC = "docs/results.md"
 LLM_DOC = "docs/llm.md"
 """The page of the language-model experiments (``llm_*``): their report and pairwise tables."""
 SUPERSEDED = "results/superseded"
-"""Cells whose seeds a later code replaced in ``results/paper`` (same layout), kept for what they show:
-Table 3's H = 10 TPO and GRPO from before the exact zeros."""
+"""Cells whose seeds a later code replaced in ``results/paper`` (same layout), kept for what they show
+(docs/results.md, "Superseded cells")."""
 README = "README.md"
 """The project's front page: its layout of the modules (the ``layout`` table)."""
 LAYOUT_PACKAGES = ("tpo_gym", "agents", "experiments", "benchmarks")

@@ -67,7 +67,7 @@ def test_the_natural_mode_of_every_env(algo: type[GroupAlgorithm]) -> None:
             continue
         assert algo.natural_mode(env_id, env_kwargs) == want, (env_id, env_kwargs)
         if want == "text":
-            continue  # building a text model needs a language model (tests/tpo_agents/test_text_mode.py)
+            continue  # a text model needs a language model (tests/tpo_agents/modes/test_text_mode.py)
         assert algo.natural_mode(gym.make(env_id, **env_kwargs)) == want  # an env: its id and kwargs
         policy, policy_kwargs = _policy(env_id)
         model = algo(policy, env_id, env_kwargs=env_kwargs or (TOKENS if "Token" in env_id else {}),

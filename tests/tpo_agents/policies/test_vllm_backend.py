@@ -1,7 +1,7 @@
 """The vLLM backend's glue on a CPU, with a fake ``vllm`` module standing in for the engine (the real one
 needs a CUDA GPU): sampling parameters, prompts without padding, outputs into padded completions, the
-weight sync after an update (LoRA merged, plain names, prefix cache dropped), and pi_old: the trainer's
-forward, not the engine's log-probs."""
+weight sync after an update (LoRA merged, plain names, prefix cache dropped, bf16 base weights bit
+identical after the merge and unmerge), and pi_old: the trainer's forward, not the engine's log-probs."""
 
 from __future__ import annotations
 
@@ -156,3 +156,28 @@ def test_pi_old_is_the_trainers_forward_not_the_engines_log_probs(tiny_llm_dir: 
     [(old, trainer, engine)] = seen
     torch.testing.assert_close(old, trainer, rtol=0, atol=1e-6)
     assert (old - engine).abs().min() > 1e-2
+
+
+def test_lora_merge_unmerge_syncs_leave_bf16_base_weights_bit_identical(tiny_llm_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from tpo_agents.policies.generation import VLLMGenerator
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llm_dir, dtype=torch.bfloat16)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    before = {name: param.detach().clone() for name, param in model.named_parameters()}
+    generator = object.__new__(VLLMGenerator)  # the sync's weight stream, without an engine
+    generator.model = model
+    merged = {key: value.clone() for key, value in generator._named_weights()}
+    name = next(key for key in before if key.endswith("q_proj.base_layer.weight"))
+    plain = name.removeprefix("base_model.model.").replace(".base_layer", "")
+    assert not torch.equal(merged[plain].float(), before[name].float())  # the stream carries W + BA
+    for _ in range(99):
+        list(generator._named_weights())
+    for key, param in model.named_parameters():
+        assert torch.equal(param, before[key]), key

@@ -1,5 +1,5 @@
-"""RL Zoo habits of train.py: -uuid, -yaml, --trial-id, --optimization-log-path, --track (W&B, offline),
-the mode of saved zips, and bad input refused in one line before any file is written."""
+"""train.py's RL Zoo flags: -uuid, -yaml, --trial-id with --optimization-log-path, --track (W&B, offline),
+and --save-freq's checkpoints saved with the mode of the other files."""
 
 from __future__ import annotations
 
@@ -12,19 +12,18 @@ import torch
 import yaml
 
 from tests.tpo_agents.zoo.test_zoo_optimize import TINY, search
-from tests.tpo_agents.zoo.test_zoo_validation import TINY_GROUP, TINY_TOKENS, error_line, zoo_argv
-from tpo_agents.tpo import TPO
+from tests.tpo_agents.zoo.test_zoo_validation import (
+    ENV_DIR,
+    TINY_GROUP,
+    TINY_RUN,
+    TINY_TOKENS,
+    error_line,
+    zoo_argv,
+)
 from tpo_agents.zoo import results
-from tpo_agents.zoo.train import main, train
+from tpo_agents.zoo.train import train
 
 torch.set_num_threads(1)
-
-ENV_DIR = "TPO-TokenReversal-v0"
-TINY_RUN = ["-n", "24", "--env-kwargs", *TINY_TOKENS, "-params", *TINY_GROUP]
-
-
-def files_under(path: Path) -> list[str]:
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
 
 
 def test_uuid_makes_a_unique_run_folder_that_the_plots_find(tmp_path: Path) -> None:
@@ -93,41 +92,3 @@ def test_track_writes_an_offline_wandb_run(tmp_path: Path, monkeypatch: pytest.M
     assert len(tensorboard) == 1 and str(tensorboard[0].relative_to(tmp_path)).startswith(
         "runs/TPO/TokenReversal-v0__tpo__0__")
     assert os.path.isfile(os.path.join(result.save_path, f"{ENV_DIR}.zip"))
-
-
-# ------------------------------------------------------------- bad input: one line, exit != 0, no files
-def test_eval_env_of_other_spaces_is_refused_before_any_file(tmp_path: Path) -> None:
-    line = error_line(zoo_argv(tmp_path, "tpo", *TINY_RUN, "--eval-freq", "12",
-                               "--eval-env-kwargs", "vocab_size:4"))  # fmt: skip
-    assert line.startswith("error: --eval-env-kwargs {") and "\n" not in line
-    assert "observation space" in line and "MultiDiscrete" in line
-    assert not (tmp_path / "logs").exists()
-
-
-@pytest.mark.parametrize("n", ["-5", "0", "-2"])
-def test_non_positive_n_timesteps_is_refused(tmp_path: Path, n: str) -> None:
-    line = error_line(zoo_argv(tmp_path, "tpo", "-n", n))
-    assert line == f"error: -n {n}: must be an integer >= 1, or -1 (the YAML's value)"
-    assert not (tmp_path / "logs").exists()
-
-
-def test_trained_agent_of_another_algorithm_is_refused(tmp_path: Path) -> None:
-    run = train(zoo_argv(tmp_path, "tpo", *TINY_RUN))
-    zoo_zip = os.path.join(run.save_path, f"{ENV_DIR}.zip")
-    line = error_line(zoo_argv(tmp_path / "next", "grpo", *TINY_RUN, "-i", zoo_zip))
-    assert line == f"error: --trained-agent {zoo_zip} was trained with --algo tpo, not grpo: pass --algo tpo"
-    bare = tmp_path / "tpo_model.zip"  # saved outside the zoo: no run folder records the algorithm
-    TPO("TransformerPolicy", "TPO/TokenReversal-v0", env_kwargs={"sequence_length": 3}, batch_size=4,
-        group_size=2, seed=0).save(bare)
-    line = error_line(zoo_argv(tmp_path / "next", "grpo", *TINY_RUN, "-i", str(bare)))
-    assert line.startswith(f"error: --trained-agent {bare} holds anchor, eta of the grouped algorithms' own")
-    assert "trained by one of tpo, tpo_no_anchor, tpo_1ep, not grpo" in line
-    assert not (tmp_path / "next").exists()
-    again = train(zoo_argv(tmp_path, "tpo", *TINY_RUN, "-i", str(bare)))  # the right algorithm continues
-    assert again.model.num_timesteps >= 24
-
-
-def test_main_exits_non_zero_with_the_line(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(zoo_argv(tmp_path, "tpo", "-n", "-5"))
-    assert exc.value.code != 0 and str(exc.value.code).startswith("error: -n -5")

@@ -30,6 +30,8 @@ ENV_DIR = "TPO-TokenReversal-v0"
 TINY_GROUP = ["batch_size:4", "group_size:2"]
 TINY_TOKENS = ["sequence_length:3"]
 TINY_SB3 = ["n_envs:2", "n_steps:8", "batch_size:16", "n_epochs:1"]
+#: A 24-step TPO run of the tiny token task.
+TINY_RUN = ["-n", "24", "--env-kwargs", *TINY_TOKENS, "-params", *TINY_GROUP]
 
 
 def zoo_argv(tmp_path: Path, algo: str, *extra: str, env: str = "TokenReversal") -> list[str]:
@@ -84,6 +86,43 @@ def test_bad_value_is_one_error_line_and_leaves_nothing(tmp_path: Path, algo: st
     assert line.startswith("error: ") and "\n" not in line
     assert message in line, line
     assert not (tmp_path / "logs").exists()
+
+
+def test_eval_env_of_other_spaces_is_refused_before_any_file(tmp_path: Path) -> None:
+    line = error_line(zoo_argv(tmp_path, "tpo", *TINY_RUN, "--eval-freq", "12",
+                               "--eval-env-kwargs", "vocab_size:4"))  # fmt: skip
+    assert line.startswith("error: --eval-env-kwargs {") and "\n" not in line
+    assert "observation space" in line and "MultiDiscrete" in line
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("n", ["-5", "0", "-2"])
+def test_non_positive_n_timesteps_is_refused(tmp_path: Path, n: str) -> None:
+    line = error_line(zoo_argv(tmp_path, "tpo", "-n", n))
+    assert line == f"error: -n {n}: must be an integer >= 1, or -1 (the YAML's value)"
+    assert not (tmp_path / "logs").exists()
+
+
+def test_trained_agent_of_another_algorithm_is_refused(tmp_path: Path) -> None:
+    run = train(zoo_argv(tmp_path, "tpo", *TINY_RUN))
+    zoo_zip = os.path.join(run.save_path, f"{ENV_DIR}.zip")
+    line = error_line(zoo_argv(tmp_path / "next", "grpo", *TINY_RUN, "-i", zoo_zip))
+    assert line == f"error: --trained-agent {zoo_zip} was trained with --algo tpo, not grpo: pass --algo tpo"
+    bare = tmp_path / "tpo_model.zip"  # saved outside the zoo: no run folder records the algorithm
+    TPO("TransformerPolicy", "TPO/TokenReversal-v0", env_kwargs={"sequence_length": 3}, batch_size=4,
+        group_size=2, seed=0).save(bare)
+    line = error_line(zoo_argv(tmp_path / "next", "grpo", *TINY_RUN, "-i", str(bare)))
+    assert line.startswith(f"error: --trained-agent {bare} holds anchor, eta of the grouped algorithms' own")
+    assert "trained by one of tpo, tpo_no_anchor, tpo_1ep, not grpo" in line
+    assert not (tmp_path / "next").exists()
+    again = train(zoo_argv(tmp_path, "tpo", *TINY_RUN, "-i", str(bare)))  # the right algorithm continues
+    assert again.model.num_timesteps >= 24
+
+
+def test_main_exits_non_zero_with_the_line(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(zoo_argv(tmp_path, "tpo", "-n", "-5"))
+    assert exc.value.code != 0 and str(exc.value.code).startswith("error: -n -5")
 
 
 @pytest.mark.parametrize("algo", ["tpo", "sb3_ppo"])

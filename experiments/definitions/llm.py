@@ -43,7 +43,7 @@ LLM_CPU = Experiment(
 # ------------------------------------------------------------------------------------------- the study
 STUDY_TASKS: dict[str, tuple[str, str]] = {
     "partial/spell_backward_3": ("spell_backward_3", "native"),
-    "exact/basic_arithmetic_add_2d": ("basic_arithmetic_add_2d", "binary"),
+    "exact/gcd_60": ("gcd_60", "binary"),
     "exact/chain_sum_2x2": ("chain_sum_2x2", "binary"),
 }
 """variant -> (task preset of :data:`experiments.llm_tasks.CANDIDATES`, training reward): one task scored

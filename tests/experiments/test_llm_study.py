@@ -202,9 +202,9 @@ def test_study_task_splits_share_no_question(variant: str) -> None:
     of each other), each held-out question once, at the study's own sizes."""
     preset, _ = STUDY_TASKS[variant]
     env = llm_tasks.CANDIDATES[preset]
-    questions = {split: [llm_tasks.split_task(env, split).entry(i)["question"]
-                         for i in range(llm_tasks.split_task(env, split).num_items)]
-                 for split in ("train", "validation", "test")}
+    tasks = {split: llm_tasks.split_task(env, split) for split in ("train", "validation", "test")}
+    questions = {split: [task.entry(i)["question"] for i in range(task.num_items)]
+                 for split, task in tasks.items()}
     train = set(questions["train"])
     for split in ("validation", "test"):
         assert len(questions[split]) >= 64 and len(set(questions[split])) == len(questions[split])

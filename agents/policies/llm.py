@@ -44,6 +44,11 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 VLLM_ERROR = "backend='vllm' needs a CUDA GPU and the vllm extra: pip install 'tpo-gym[vllm]'"
 
 
+def vllm_usable() -> bool:
+    """Whether the vLLM backend can run here: a CUDA device and the ``vllm`` package."""
+    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+
+
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """``"auto"``: bfloat16 when CUDA is available, else float32; ``"float32"``, ``"bfloat16"``...: that."""
     if isinstance(dtype, torch.dtype):
@@ -257,7 +262,7 @@ class LLMPolicy(BasePolicy):
             )
         if backend not in ("hf", "vllm"):
             raise ValueError(f"backend={backend!r}: use 'hf' or 'vllm'")
-        if backend == "vllm" and not (torch.cuda.is_available() and importlib.util.find_spec("vllm")):
+        if backend == "vllm" and not vllm_usable():
             raise ValueError(VLLM_ERROR)
         super().__init__(
             observation_space,

@@ -5,7 +5,6 @@ identical after the merge and unmerge), and pi_old: the trainer's forward, not t
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
 from typing import Any
@@ -62,11 +61,8 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> type[FakeEngine]:
     module.LLM = FakeEngine
     module.SamplingParams = lambda **kwargs: types.SimpleNamespace(**kwargs)
     monkeypatch.setitem(sys.modules, "vllm", module)
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a)
-    )
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # the project's own check, not torch.cuda.is_available: a CUDA build of torch would then try a real device
+    monkeypatch.setattr("tpo_agents.policies.llm.vllm_usable", lambda: True)
     FakeEngine.instances.clear()
     return FakeEngine
 

@@ -2,7 +2,9 @@
 
 As SB3 splits ``base_class.py`` from ``on_policy_algorithm.py``: the settings and their checks, the choice
 of the collection mode, the env the algorithm owns, building the policy (a population of ``n_seeds``
-members: :mod:`tpo_agents.populations`), ``set_env``, ``load``, ``predict`` and what is saved.
+members: :mod:`tpo_agents.populations`), ``set_env``, ``load``, ``predict`` and what is saved. The
+rules behind them have modules of their own: the mode's choice from the env :mod:`tpo_agents.mode_choice`,
+the saved zips :mod:`tpo_agents.saving`, the ``monitor.csv`` rows :mod:`tpo_agents.monitor`.
 
 ``GroupBaseAlgorithm`` follows Stable-Baselines3's ``BaseAlgorithm`` contract. It owns its env: given an
 env id (and kwargs), it builds the natively batched ``tpo_gym`` vector env of exactly the size its
@@ -12,16 +14,9 @@ collection mode needs (``tpo_agents.modes``), once. The learn loop is
 
 from __future__ import annotations
 
-import base64
 import inspect
-import io
-import json
 import os
-import pickle
-import re
 import sys
-import time
-import zipfile
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -29,64 +24,37 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from gymnasium.envs.registration import load_env_creator
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.monitor import ResultsWriter
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces
-from stable_baselines3.common.vec_env import VecEnv
 
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
 from tpo_agents import checks, fused_collection
+from tpo_agents.mode_choice import EnvLike, choose_mode, env_class, env_id_and_kwargs, make_probe
 from tpo_agents.modes import (
     DEFAULT_GROUP_SIZE,
     MODES,
     VIEWS,
     CollectionMode,
-    EnvTraits,
     ExactView,
     GroupView,
     SampleView,
     canonical_mode_name,
     make_mode,
 )
+from tpo_agents.monitor import EpisodeMonitor
 from tpo_agents.policies import GroupPolicy, MlpPolicy, TabularPolicy, TransformerPolicy
 from tpo_agents.populations import make_population
+from tpo_agents.saving import (
+    check_saved_by,
+    mode_under_current_name,
+    model_zip_path,
+    objects_under_old_name,
+    saved_data,
+)
 from tpo_gym.sb3 import SB3VecEnv
 
-OLD_IMPORT_NAME = "agents"
-"""The package's import name in zips saved before it became ``tpo_agents``."""
-
 MATCHES = ("prompts", "interactions")
-
-_VEC_ONLY_KWARGS = ("num_envs", "vectorization_mode", "max_episode_steps", "render_mode")
-
-EnvLike = str | gym.Env | VecEnv | gym.vector.VectorEnv
-
-
-def model_zip_path(path: Any) -> Any:
-    """``path`` as a model's ``load`` should open it: ``<path>.zip`` when ``path`` does not end in
-    ``.zip``, is not a file, and ``<path>.zip`` is one (so ``TPO.load("logs/tpo/TPO-TokenReversal-v0_1/
-    TPO-TokenReversal-v0")`` loads the zip, not the same-named folder of config files); else ``path``."""
-    if isinstance(path, str | os.PathLike):
-        text = os.fspath(path)
-        if not text.endswith(".zip") and not os.path.isfile(text) and os.path.isfile(text + ".zip"):
-            return text + ".zip"
-    return path
-
-
-def env_id_and_kwargs(env: EnvLike) -> tuple[str, dict[str, Any]]:
-    """The registered id and make() kwargs of an env given as an id, a Gymnasium env or a VecEnv."""
-    if isinstance(env, str):
-        return env, {}
-    spec = env.get_attr("spec", indices=[0])[0] if isinstance(env, VecEnv) else getattr(env, "spec", None)
-    if spec is None:
-        raise ValueError(
-            f"cannot tell which env {env!r} is: pass a registered id such as 'TPO/TokenReversal-v0' "
-            "or an env made by gymnasium.make / gymnasium.make_vec / tpo_gym.sb3.make_sb3_vec_env"
-        )
-    kwargs = {k: v for k, v in (spec.kwargs or {}).items() if k not in _VEC_ONLY_KWARGS}
-    return spec.id, kwargs
 
 
 class GroupBaseAlgorithm(BaseAlgorithm):
@@ -157,7 +125,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     #: The algorithm builds its own env; the zoo's env pipeline (normalize, wrappers, n_envs) does not apply.
     owns_env: ClassVar[bool] = True
     #: Own hyperparameters added after zips were saved without them: such a zip still loads (with their
-    #: defaults, set by the constructor that ``load`` calls), see :func:`identifying_hyperparameters`.
+    #: defaults, set by the constructor that ``load`` calls), see :meth:`identifying_hyperparameters`.
     later_hyperparameters: ClassVar[frozenset[str]] = frozenset()
     policy: Any
     mode: CollectionMode
@@ -218,7 +186,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self._probe: gym.Env | None = None
         group_mode = canonical_mode_name(group_mode, warn=True)  # a former name (population): exact
         if group_mode is None and env is not None:
-            group_mode, self._probe = self._choose_mode(env_id, merged_kwargs, env)
+            group_mode, self._probe = choose_mode(type(self), env_id, merged_kwargs, env)
         self.group_mode = group_mode if group_mode is not None else self.default_mode
         if group_size is None:
             mode_class = MODES.get(self.group_mode) if isinstance(self.group_mode, str) else None
@@ -230,7 +198,8 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.max_grad_norm = max_grad_norm
         #: Batches collected in which no group carried signal (``train/batches_without_signal``).
         self.batches_without_signal = 0
-        #: The class that saved a zip (``load`` refuses a zip of another class, see :func:`check_saved_by`).
+        #: The class that saved a zip (``load`` refuses a zip of another class, see
+        #: :func:`~tpo_agents.saving.check_saved_by`).
         self.algorithm_class = type(self).__name__
         self.mode_kwargs = dict(mode_kwargs or {})
         self.n_seeds = n_seeds
@@ -253,7 +222,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.env_kwargs: dict[str, Any] = {}
         self.monitor_dir = monitor_dir
         self._env_source: EnvLike | None = None
-        self._monitor: _EpisodeMonitor | None = None
+        self._monitor: EpisodeMonitor | None = None
         #: The ``monitor.csv`` rows of the batch collected but not yet trained on (None: none).
         self._untrained_episodes: dict[str, np.ndarray] | None = None
         #: The last batch's ``rollout/`` values per member (``task_error`` ..., each ``[n_seeds]``).
@@ -318,28 +287,33 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         :raises ValueError: no mode of the algorithm can train on the env (one line naming it)
         """
         env_id, given = env_id_and_kwargs(env)
-        return cls._choose_mode(env_id, {**given, **(env_kwargs or {})}, env)[0]
+        return choose_mode(cls, env_id, {**given, **(env_kwargs or {})}, env)[0]
 
     @classmethod
-    def _choose_mode(
-        cls, env_id: str, env_kwargs: dict[str, Any], source: EnvLike
-    ) -> tuple[str, gym.Env | None]:
-        """:meth:`natural_mode` and the probe env it read the traits from (None if it read none)."""
-        name, supported = cls.__name__, cls.supported_modes()
-        env_class = _env_class(env_id)
-        candidates = [m for m in cls.mode_preference if m in supported and MODES[m].collects_from(env_class)]
-        if not candidates:
-            kinds = " or ".join(dict.fromkeys(MODES[m].env_description for m in supported))
-            raise ValueError(f"{name} collects groups from {kinds}; {env_id!r} is not one: train other envs "
-                             "with an SB3 algorithm (e.g. sb3_ppo).")
-        traits = EnvTraits(lambda: _make_probe(env_id, env_kwargs, source))
-        for fits in (lambda mode: mode.is_natural_for(traits), lambda mode: mode.can_collect(traits)):
-            for mode in candidates:
-                if fits(MODES[mode]):
-                    return mode, traits.env
-        needs = "; ".join(f"{m} mode needs {MODES[m].needs}" for m in candidates)
-        given = f" with {env_kwargs}" if env_kwargs else ""
-        raise ValueError(f"{name} has no collection mode for {env_id!r}{given}: {needs}")
+    def own_hyperparameters(cls) -> frozenset[str]:
+        """The constructor arguments this class adds to :class:`GroupBaseAlgorithm`'s (TPO: ``eta``,
+        ``anchor``), up its classes; its zip holds them, as SB3 saves every attribute."""
+        base = set(inspect.signature(GroupBaseAlgorithm.__init__).parameters)
+        names: set[str] = set()
+        for klass in cls.__mro__:
+            if klass is GroupBaseAlgorithm:
+                break
+            if "__init__" in vars(klass):
+                params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+                names |= {p.name for p in params if p.kind is not p.VAR_KEYWORD}
+        return frozenset(names - base)
+
+    @classmethod
+    def identifying_hyperparameters(cls) -> frozenset[str]:
+        """The own hyperparameters every zip of this class holds: :meth:`own_hyperparameters` less its
+        ``later_hyperparameters``, which zips saved before they were added lack."""
+        return cls.own_hyperparameters() - cls.later_hyperparameters
+
+    @classmethod
+    def holds_own_hyperparameters(cls, held: frozenset[str]) -> bool:
+        """Whether ``held``, the grouped algorithms' own hyperparameters a zip holds, are those of a zip of
+        this class: all its :meth:`identifying_hyperparameters`, and none but its own."""
+        return cls.identifying_hyperparameters() <= held <= cls.own_hyperparameters()
 
     def _validate(self) -> None:
         """Check every hyperparameter's type and range (a :class:`~tpo_agents.checks.HyperparameterError`,
@@ -416,9 +390,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         env (CartPole, say) gets a clear error rather than a failure inside its constructor.
         """
         name, mode = type(self).__name__, MODES[self.group_mode]
-        env_class = _env_class(self.env_id)
-        if not mode.collects_from(env_class):
-            fitting = [m for m in self.supported_modes() if MODES[m].collects_from(env_class)]
+        klass = env_class(self.env_id)
+        if not mode.collects_from(klass):
+            fitting = [m for m in self.supported_modes() if MODES[m].collects_from(klass)]
             hint = (
                 f"for {self.env_id!r} use group_mode={fitting[0]!r}"
                 if fitting
@@ -428,7 +402,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
                 f"{name} in {mode.name} mode collects groups from {mode.env_description}; "
                 f"{self.env_id!r} is not one: {hint}."
             )
-        probe = self._probe if self._probe is not None else _make_probe(self.env_id, self.env_kwargs, source)
+        probe = self._probe if self._probe is not None else make_probe(self.env_id, self.env_kwargs, source)
         self._probe = None
         if not isinstance(probe.action_space, mode.action_space_types):
             raise ValueError(f"{name} in {mode.name} mode needs a {mode.action_space_types[0].__name__} "
@@ -446,7 +420,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             raise ValueError(f"{self.env_id!r} has no natively batched vector env")
         self.env = SB3VecEnv(vector_env)
         self.n_envs = self.env.num_envs
-        self._monitor = _EpisodeMonitor(self.monitor_dir, self.env_id) if self.monitor_dir else None
+        self._monitor = EpisodeMonitor(self.monitor_dir, self.env_id) if self.monitor_dir else None
         self._env_source = None
 
     def set_env(
@@ -484,11 +458,12 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         """SB3's ``load``; with ``env`` (an id or an env), the algorithm then builds its batched env.
 
         ``path`` may omit ``.zip`` even where a folder of the same name exists (a run folder holds
-        ``<Env>.zip`` next to ``<Env>/``): see :func:`model_zip_path`. A zip saved by another algorithm
-        class is refused with a one-line ``ValueError`` naming both (:func:`check_saved_by`). A zip saved
-        with a mode's former name (``group_mode="population"``) loads silently as the current one
-        (``exact``, :func:`mode_under_current_name`); ``group_mode=`` a former name passed here is taken
-        with a ``FutureWarning``, as by the constructor.
+        ``<Env>.zip`` next to ``<Env>/``): see :func:`~tpo_agents.saving.model_zip_path`. A zip saved
+        by another algorithm class is refused with a one-line ``ValueError`` naming both
+        (:func:`~tpo_agents.saving.check_saved_by`). A zip saved with a mode's former name
+        (``group_mode="population"``) loads silently as the current one (``exact``,
+        :func:`~tpo_agents.saving.mode_under_current_name`); ``group_mode=`` a former name passed here
+        is taken with a ``FutureWarning``, as by the constructor.
         """
         path = model_zip_path(path)
         data = saved_data(path)
@@ -585,155 +560,3 @@ class _ScaledSchedule:
         return self.scale * self.base(progress_remaining)
 
 
-class _EpisodeMonitor:
-    """``<folder>/monitor.csv`` in SB3's format (``r, l, t`` and info keys), one row per episode trained on.
-
-    The columns after ``r, l, t`` are those of the first batch (``is_success``, and ``token_error`` on
-    the token tasks); the file is created at the first batch, ``t`` counts from the env's creation.
-    """
-
-    def __init__(self, folder: str, env_id: str) -> None:
-        self.path = os.path.join(folder, "monitor.csv")
-        self.env_id, self.t_start = env_id, time.time()
-        self._writer: ResultsWriter | None = None
-
-    def write(self, rows: dict[str, np.ndarray]) -> None:
-        extra = [key for key in rows if key not in ("r", "l")]
-        if self._writer is None:
-            header = {"t_start": self.t_start, "env_id": self.env_id}
-            self._writer = ResultsWriter(self.path, header=header, extra_keys=tuple(extra))
-        elapsed = round(time.time() - self.t_start, 6)
-        for i, reward in enumerate(rows["r"]):
-            row = {"r": round(float(reward), 6), "l": int(rows["l"][i]), "t": elapsed}
-            row.update({key: rows[key][i] for key in extra})
-            self._writer.logger.writerow(row)
-        self._writer.file_handler.flush()
-
-
-def own_hyperparameters(algo_class: type) -> frozenset[str]:
-    """The constructor arguments ``algo_class`` adds to :class:`GroupBaseAlgorithm`'s (TPO: ``eta``,
-    ``anchor``), up its classes; its zip holds them, as SB3 saves every attribute."""
-    base = set(inspect.signature(GroupBaseAlgorithm.__init__).parameters)
-    names: set[str] = set()
-    for klass in algo_class.__mro__:
-        if klass is GroupBaseAlgorithm:
-            break
-        if "__init__" in vars(klass):
-            params = inspect.signature(vars(klass)["__init__"]).parameters.values()
-            names |= {p.name for p in params if p.kind is not p.VAR_KEYWORD}
-    return frozenset(names - base)
-
-
-def identifying_hyperparameters(algo_class: type) -> frozenset[str]:
-    """The own hyperparameters every zip of ``algo_class`` holds: :func:`own_hyperparameters` less its
-    ``later_hyperparameters``, which zips saved before they were added lack."""
-    return own_hyperparameters(algo_class) - getattr(algo_class, "later_hyperparameters", frozenset())
-
-
-def holds_own_hyperparameters(algo_class: type, held: frozenset[str]) -> bool:
-    """Whether ``held``, the grouped algorithms' own hyperparameters a zip holds, are those of a zip of
-    ``algo_class``: all its :func:`identifying_hyperparameters`, and none but its own."""
-    return identifying_hyperparameters(algo_class) <= held <= own_hyperparameters(algo_class)
-
-
-def saved_data(path: Any) -> dict[str, Any] | None:
-    """The ``data`` (attributes, as JSON) of the SB3 zip at ``path`` (a path or an open binary file), or
-    None where it cannot be read (SB3's ``load`` then says why)."""
-    try:
-        start = path.tell() if hasattr(path, "tell") else None
-        with zipfile.ZipFile(path) as archive:
-            data = json.loads(archive.read("data"))
-        if start is not None:
-            path.seek(start)
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-class _RenamedModuleUnpickler(pickle.Unpickler):
-    """Unpickles a reference to ``agents.<module>`` (the import name before ``tpo_agents``) as the same
-    object of ``tpo_agents.<module>``."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module.split(".")[0] == OLD_IMPORT_NAME:
-            module = "tpo_agents" + module[len(OLD_IMPORT_NAME):]
-        return super().find_class(module, name)
-
-
-def objects_under_old_name(data: dict[str, Any]) -> dict[str, Any]:
-    """The values of a zip's ``data`` pickled while the package was imported as ``agents`` (a zip's
-    ``policy_class``), unpickled with their modules under ``tpo_agents``: ``load``'s ``custom_objects``, so
-    that such zips load where ``agents`` is another package (the OpenAI Agents SDK) or none."""
-    objects = {}
-    for key, value in data.items():
-        if not (isinstance(value, dict) and ":serialized:" in value):
-            continue
-        raw = base64.b64decode(value[":serialized:"].encode())
-        if re.search(rb"(?<![\w.])" + OLD_IMPORT_NAME.encode() + rb"\.", raw):
-            objects[key] = _RenamedModuleUnpickler(io.BytesIO(raw)).load()
-    return objects
-
-
-def mode_under_current_name(data: dict[str, Any]) -> dict[str, Any]:
-    """``{"group_mode": <current name>}`` where a zip's ``data`` holds a mode's former name (a zip saved
-    with ``group_mode="population"``, now ``exact``: :data:`tpo_agents.modes.OLD_MODE_NAMES`), else
-    ``{}``: ``load``'s ``custom_objects``, so that such zips load as they did, without a warning."""
-    saved = data.get("group_mode")
-    current = canonical_mode_name(saved)
-    return {"group_mode": current} if current != saved else {}
-
-
-def saved_attributes(path: Any) -> frozenset[str] | None:
-    """The attribute names in the ``data`` of the SB3 zip at ``path``, or None where it cannot be read."""
-    data = saved_data(path)
-    return None if data is None else frozenset(data)
-
-
-def saved_by(attributes: frozenset[str]) -> tuple[frozenset[str], list[type]]:
-    """Which grouped algorithm (``tpo_agents.__all__``) saved a zip holding ``attributes``: the algorithms'
-    own hyperparameters it holds, and the classes that hold exactly those (DG and GroupPG, PG and CE
-    hold the same, so a zip of one loads as the other)."""
-    import tpo_agents
-
-    classes = [getattr(tpo_agents, name) for name in tpo_agents.__all__]
-    held = attributes & frozenset().union(*map(own_hyperparameters, classes))
-    return held, [klass for klass in classes if holds_own_hyperparameters(klass, held)]
-
-
-def check_saved_by(algo_class: type, path: Any, data: dict[str, Any]) -> None:
-    """Refuse, with a one-line ``ValueError`` naming both classes, a zip that ``algo_class`` did not
-    save: a zip of another grouped algorithm (its own hyperparameters differ: a TPO zip holds ``eta`` and
-    ``anchor``, a GRPO zip ``beta``, ``clip_range`` and ``mask_zero_variance``) or of another library's
-    algorithm (no ``group_mode``); a zip that records its class (``algorithm_class``) is refused by that
-    name, which also tells apart the algorithms with the same hyperparameters (DG and GroupPG, PG and CE).
-    ``data`` is the zip's :func:`saved_data`; ``path`` names it in the message."""
-    attributes, name = frozenset(data), algo_class.__name__
-    if "group_mode" not in attributes:
-        raise ValueError(f"cannot load {path} as {name}: it was saved by an algorithm that is not a grouped "
-                         "algorithm (it holds no group_mode): load it with its own class")
-    saver = data.get("algorithm_class")
-    if isinstance(saver, str) and saver != name:
-        raise ValueError(f"cannot load {path} as {name}: it was saved by {saver}; load it with {saver}.load")
-    held, classes = saved_by(attributes)
-    if not holds_own_hyperparameters(algo_class, held):
-        saver = " or ".join(klass.__name__ for klass in classes) or "another algorithm"
-        holds = ", ".join(sorted(held)) or "none"
-        wanted = ", ".join(sorted(identifying_hyperparameters(algo_class))) or "none"
-        raise ValueError(f"cannot load {path} as {name}: it was saved by {saver} (it holds {holds} of the "
-                         f"grouped algorithms' own hyperparameters; a {name} zip holds {wanted})")
-
-
-def _env_class(env_id: str) -> Any:
-    """The registered entry point of ``env_id`` (a class for the ``tpo_gym`` envs), not instantiated."""
-    entry_point = gym.spec(env_id).entry_point
-    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-
-
-def _make_probe(env_id: str, env_kwargs: dict[str, Any], source: EnvLike) -> gym.Env:
-    """One single env of ``env_id`` to read spaces and traits from: ``source`` itself if it is one."""
-    if isinstance(source, gym.Env):
-        return source
-    try:
-        return gym.make(env_id, **env_kwargs)
-    except (TypeError, ValueError) as err:  # an unknown env kwarg, or a value out of range
-        raise ValueError(f"cannot make {env_id} with {env_kwargs}: {err}") from err

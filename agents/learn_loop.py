@@ -19,12 +19,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
-from tpo_agents.base_class import EnvLike, GroupBaseAlgorithm, env_id_and_kwargs, model_zip_path
+from tpo_agents.base_class import GroupBaseAlgorithm
 from tpo_agents.callback_steps import warn_never_firing
 from tpo_agents.modes import GroupView, SampleView, View
 from tpo_agents.without_signal import warn_without_signal
 
-__all__ = ["EnvLike", "GroupAlgorithm", "env_id_and_kwargs", "model_zip_path"]
+__all__ = ["GroupAlgorithm"]
 
 #: Diagnostics logged from the last epoch when there are several (0 by construction at the first, where
 #: pi = pi_old: not logged for one-epoch updates).

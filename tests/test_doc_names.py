@@ -1,6 +1,6 @@
 """Every dotted name of the project that README.md and docs/*.md write as code exists: a module of
 ``tpo_agents``, ``tpo_gym``, ``experiments`` or ``benchmarks``, or an attribute defined in one
-(``tpo_agents.base_class._EpisodeMonitor``, ``python -m experiments.run``), so that the docs point at no
+(``tpo_agents.monitor.EpisodeMonitor``, ``python -m experiments.run``), so that the docs point at no
 name the code has moved or deleted."""
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def importable(name: str) -> bool:
 
 def test_the_docs_write_names_of_the_project() -> None:
     names = doc_names()
-    expected = {"tpo_agents.base_class._EpisodeMonitor", "experiments.run", "tpo_gym.data.load_mnist"}
+    expected = {"tpo_agents.monitor.EpisodeMonitor", "experiments.run", "tpo_gym.data.load_mnist"}
     assert expected <= set(names)
     assert len(names) > 50
 
@@ -115,8 +115,8 @@ def test_every_name_the_docs_write_exists(name: str) -> None:
 
 
 def test_a_moved_or_deleted_name_is_found() -> None:
-    assert defined_in_source("tpo_agents.base_class._EpisodeMonitor")
+    assert defined_in_source("tpo_agents.monitor.EpisodeMonitor")
     assert defined_in_source("tpo_agents.integrations.verl.settings.TPOPolicyLossConfig")  # only with verl
-    assert not defined_in_source("tpo_agents.learn_loop._EpisodeMonitor")
+    assert not defined_in_source("tpo_agents.base_class._EpisodeMonitor")
     assert not defined_in_source("tpo_agents.zoo_configs") and not importable("tpo_agents.zoo_configs")
     assert importable("tpo_agents.TPO")  # made on first use (the package's __getattr__)

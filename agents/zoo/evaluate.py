@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.utils import check_for_correct_spaces
 
-from tpo_agents.learn_loop import model_zip_path
+from tpo_agents.saving import model_zip_path
 from tpo_agents.zoo import registry
 from tpo_agents.zoo.callbacks import episode_task_error
 from tpo_agents.zoo.cli import StoreDict

@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from tpo_agents import callback_steps
-from tpo_agents.base_class import holds_own_hyperparameters, saved_attributes, saved_by
 from tpo_agents.checks import HyperparameterError
-from tpo_agents.learn_loop import GroupAlgorithm, model_zip_path
+from tpo_agents.learn_loop import GroupAlgorithm
 from tpo_agents.provenance import code_version
+from tpo_agents.saving import model_zip_path, saved_attributes, saved_by
 from tpo_agents.zoo import callbacks as cb
 from tpo_agents.zoo import hyperparams as hp
 from tpo_agents.zoo import registry, sb3_algos, studies, tracking
@@ -267,13 +267,13 @@ def source_run_args(setup: RunSetup) -> dict[str, Any]:
 
 def check_bare_zip(setup: RunSetup, given: str, path: str) -> None:
     """A zip outside a run folder holds the grouped algorithm's own hyperparameters (TPO: ``eta``,
-    ``anchor``: :func:`tpo_agents.base_class.check_saved_by`); else a one-line error naming the algorithms
+    ``anchor``: :func:`tpo_agents.saving.check_saved_by`); else a one-line error naming the algorithms
     whose zips hold what it holds."""
     attributes = saved_attributes(path)
     if attributes is None:
         raise hp.ConfigError(f"cannot load --trained-agent {path}: it is not a readable model zip")
     held, classes = saved_by(attributes)
-    if not holds_own_hyperparameters(setup.algo_cls, held):
+    if not setup.algo_cls.holds_own_hyperparameters(held):
         grouped = [name for name in registry.ALGOS if name not in registry.EXTERNAL_ALGOS]
         algos = [name for name in grouped if registry.get_algo(name) in classes]
         by = f"by one of {', '.join(algos)}" if algos else "by another algorithm"

@@ -17,6 +17,7 @@ from tpo_agents.modes import ExactView, GroupView, SampleView
 th.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
 LEARN_LOOP_AND_MODES = [ROOT / "agents" / "learn_loop.py", ROOT / "agents" / "base_class.py",
+                        ROOT / "agents" / "mode_choice.py",
                         *sorted((ROOT / "agents" / "modes").glob("*.py"))]  # fmt: skip
 
 

@@ -14,8 +14,9 @@ import pytest
 import torch
 from stable_baselines3 import PPO as SB3PPO
 
+import tpo_agents
 from tests.tpo_agents.zoo.test_zoo_validation import TINY_GROUP, TINY_TOKENS
-from tpo_agents import DG, GRPO, PPO, TPO, GroupPG
+from tpo_agents import DG, GRPO, PPO, TPO, GroupPG, saving
 from tpo_agents.zoo import enjoy
 from tpo_agents.zoo.evaluate import main
 from tpo_agents.zoo.hyperparams import ConfigError
@@ -118,3 +119,10 @@ def test_load_refuses_a_zip_of_another_algorithm(run: Path, tmp_path: Path) -> N
         TPO.load(sb3_zip)
     with pytest.raises(ConfigError, match=f"^cannot load {zip_path} as GRPO: it was saved by TPO;"):
         main(["--algo", "grpo", "--model", str(zip_path), "-n", "2"])
+
+
+def test_the_saving_registry_names_every_grouped_algorithm() -> None:
+    """``load`` tells apart the zips of just the package's algorithms (``tpo_agents.saving.ALGORITHMS``)."""
+    classes = saving.algorithm_classes()
+    assert [klass.__name__ for klass in classes] == tpo_agents.__all__
+    assert classes == [getattr(tpo_agents, name) for name in tpo_agents.__all__]

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch as th
 
-from tpo_agents import losses
+from tpo_agents import layout, losses
 from tpo_agents.learn_loop import GroupAlgorithm
 from tpo_agents.modes import ExactView
 
@@ -28,4 +28,4 @@ class CE(GroupAlgorithm):
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
     def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
-        return losses.ce_loss(view.log_probs, losses.argmax_last(view.rewards)), {}
+        return losses.ce_loss(view.log_probs, layout.argmax_last(view.rewards)), {}

@@ -23,7 +23,7 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
-from tpo_agents.losses import is_action_major
+from tpo_agents.layout import is_action_major
 from tpo_agents.policies.base import member_of_rows, multinomial_rows
 from tpo_agents.policies.protocols import ActionPolicy, SequencePolicy
 
@@ -279,7 +279,7 @@ def _run_episodes(
 
 def stack_steps(values: list[th.Tensor]) -> th.Tensor:
     """``th.stack(values, dim=1)``: per-step ``[N, ..., A]`` tensors as ``[N, T, ..., A]``, in the steps'
-    layout where they are action-major (:func:`tpo_agents.losses.is_action_major`: the log-probabilities of
+    layout where they are action-major (:func:`tpo_agents.layout.is_action_major`: the log-probabilities of
     a policy with few actions), so that the batch's sums over A round as the steps' own."""
     if not is_action_major(values[0]):
         return th.stack(values, dim=1)

@@ -35,7 +35,7 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
 from experiments.metrics import mechanism
-from tpo_agents.losses import softmax_last
+from tpo_agents.layout import softmax_last
 
 ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean", "rollout/mean_score", "rollout/format_rate",
                 "rollout/completion_length", "rollout/effective_group_size", "rollout/logscore_spread",

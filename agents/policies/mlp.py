@@ -10,7 +10,7 @@ from stable_baselines3.common.preprocessing import get_flattened_obs_dim, prepro
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor, nn
 
-from tpo_agents.losses import ACTION_MAJOR_MAX_ACTIONS, as_action_major, log_softmax_last
+from tpo_agents.layout import ACTION_MAJOR_MAX_ACTIONS, as_action_major, log_softmax_last
 
 from .base import GroupPolicy, lecun_normal_
 
@@ -121,9 +121,9 @@ class MlpSoftmaxPolicy(GroupPolicy):
 
     def logits(self, obs: PyTorchObs) -> Tensor:
         """Unnormalized scores ``[N, n_actions]``, laid out action-major
-        (:func:`tpo_agents.losses.is_action_major`) where there are at most ``ACTION_MAJOR_MAX_ACTIONS``
+        (:func:`tpo_agents.layout.is_action_major`) where there are at most ``ACTION_MAJOR_MAX_ACTIONS``
         actions: torch's CPU softmax along a short last axis is slow
-        (:func:`tpo_agents.losses.log_softmax_last`)."""
+        (:func:`tpo_agents.layout.log_softmax_last`)."""
         x = self._features(obs)
         few = self.n_actions <= ACTION_MAJOR_MAX_ACTIONS
         if self.n_members == 1:

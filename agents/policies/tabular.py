@@ -9,7 +9,7 @@ from gymnasium import spaces
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import Tensor, nn
 
-from tpo_agents.losses import ACTION_MAJOR_MAX_ACTIONS, is_action_major, log_softmax_last
+from tpo_agents.layout import ACTION_MAJOR_MAX_ACTIONS, is_action_major, log_softmax_last
 
 from .base import GroupPolicy
 from .optim import NormalizedStep

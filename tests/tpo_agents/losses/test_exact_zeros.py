@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tpo_agents import losses as L
+from tpo_agents.layout import as_action_major
 
 torch.set_num_threads(1)
 N_TRIALS = 200
@@ -40,7 +41,7 @@ def test_tpo_and_grpo_gradients_of_zero_variance_groups_are_exactly_zero(action_
     for seed in range(N_TRIALS):
         old, scores = zero_variance_trial(seed)
         if action_major:
-            old, scores = L.as_action_major(old), L.as_action_major(scores)
+            old, scores = as_action_major(old), as_action_major(scores)
         target = L.tpo_target(old, scores)
         assert gradient(partial(L.tpo_loss, target=target), old).eq(0).all(), seed
         advantages = L.grpo_advantages(scores)

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.tpo_agents.test_layout import action_major
 from tpo_agents import losses as L
 
 torch.set_num_threads(1)
@@ -477,58 +478,12 @@ def test_exact_dg_weights_each_action_by_pi_old():
     assert close(loss, -0.2 * gate * math.log(0.2))
 
 
-def _action_major(x: torch.Tensor) -> torch.Tensor:
-    """The same values with the last axis outermost in memory (a small logit table's layout)."""
-    out = L.as_action_major(x)
-    assert out.movedim(-1, 0).is_contiguous()
-    torch.testing.assert_close(out, x, rtol=0, atol=0, equal_nan=True)
-    return out
-
-
-def test_as_action_major_copies_only_what_is_not_action_major() -> None:
-    table = torch.randn(6, 3)
-    moved = L.as_action_major(table)
-    assert moved.data_ptr() != table.data_ptr() and moved.stride() == (1, 6)
-    assert L.as_action_major(moved) is moved  # already action-major: itself
-    for one_axis in (torch.randn(5), torch.randn(4, 1)):
-        assert L.as_action_major(one_axis) is one_axis
-
-
-@pytest.mark.parametrize("shape", [(5, 3), (4, 6, 10), (2, 1)])
-def test_last_axis_softmax_helpers_equal_torch_in_either_layout(shape: tuple[int, ...]) -> None:
-    x = torch.randn(*shape, dtype=torch.float64)
-    for layout in (x, _action_major(x)):
-        assert torch.allclose(L.log_softmax_last(layout), torch.log_softmax(x, -1), atol=1e-12)
-        assert torch.allclose(L.softmax_last(layout), torch.softmax(x, -1), atol=1e-12)
-        assert L.softmax_last(layout).stride() == layout.stride()  # the input's layout
-    assert torch.allclose(L.softmax_last(torch.tensor([[0.0, math.log(3.0)]])), torch.tensor([[0.25, 0.75]]))
-
-
-def test_last_axis_softmax_helpers_give_the_gradient_of_torch() -> None:
-    x = torch.randn(3, 4, 5)
-    weights = torch.randn(3, 4, 5)
-    grads = []
-    for layout in (x, _action_major(x)):
-        leaf = layout.clone().requires_grad_()
-        (L.log_softmax_last(leaf) * weights).sum().backward()
-        grads.append(leaf.grad)
-    assert torch.allclose(grads[0], grads[1], atol=1e-6)
-
-
-def test_argmax_last_is_the_first_maximum_in_either_layout() -> None:
-    x = torch.tensor([[0.0, 2.0, 2.0], [1.0, 0.0, 1.0], [-1.0, -3.0, -2.0], [0.0, 0.0, 5.0]])
-    for layout in (x, _action_major(x)):
-        assert L.argmax_last(layout).tolist() == [1, 0, 0, 2]
-    with_nan = _action_major(torch.tensor([[0.0, float("nan"), 1.0], [3.0, 1.0, 2.0]]))
-    assert L.argmax_last(with_nan).tolist() == [1, 0]  # NaN counts as the largest, as in torch
-
-
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_check_scores_finds_a_non_finite_score_in_either_layout(bad: float) -> None:
     scores = torch.zeros(4, 3, 5)
     scores[2, 1, 3] = bad
-    for layout in (scores, _action_major(scores)):
+    for layout in (scores, action_major(scores)):
         with pytest.raises(ValueError, match="finite"):
             L.check_scores(layout)
-    L.check_scores(_action_major(torch.ones(4, 3, 5)))
+    L.check_scores(action_major(torch.ones(4, 3, 5)))
     L.check_scores(torch.ones(2, 3, dtype=torch.long))

@@ -46,12 +46,13 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 
+from tpo_agents.batches import Episodes, ExactBatch, TableSamples
 from tpo_agents.modes.exact import ExactMode
 from tpo_agents.modes.single import SingleMode
 from tpo_agents.policies.base import multinomial_rows
 from tpo_agents.policies.mlp import MlpSoftmaxPolicy
 from tpo_agents.policies.tabular import TabularSoftmaxPolicy
-from tpo_agents.rollout import Episodes, ExactBatch, TableSamples, collect_exact
+from tpo_agents.rollout import collect_exact
 from tpo_gym.envs.mnist import MNISTBanditVectorEnv
 
 Collector = Callable[[BaseCallback], Any]

@@ -8,9 +8,10 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
+from tpo_agents.batches import Episodes, TokenGroups
+from tpo_agents.decoding import episode_log_probs
 from tpo_agents.modes.base import CollectionMode
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import Episodes, TokenGroups, episode_log_probs
 
 
 class EpisodeMode(CollectionMode):

@@ -9,9 +9,10 @@ import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
+from tpo_agents.batches import ExactBatch
 from tpo_agents.modes.base import CollectionMode, EnvTraits, ExactView, GroupView, StepHook
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import ExactBatch, collect_exact
+from tpo_agents.rollout import collect_exact
 
 
 class ExactMode(CollectionMode):

@@ -10,10 +10,11 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from tpo_agents import losses
+from tpo_agents.batches import Episodes, TableSamples
 from tpo_agents.modes.base import EnvTraits, GroupView, SampleView, StepHook
 from tpo_agents.modes.episodes import EpisodeMode
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import Episodes, TableSamples, collect_episodes
+from tpo_agents.rollout import collect_episodes
 
 
 class SingleMode(EpisodeMode):
@@ -26,7 +27,7 @@ class SingleMode(EpisodeMode):
     context form one group whose scores are their mean (paper Sec. 3.1); elsewhere (MNIST) every
     sample is its own group, even if two samples drew the same image (paper Sec. 3.3).
 
-    A :class:`~tpo_agents.rollout.TableSamples` batch (a one-context table's samples, from the fused
+    A :class:`~tpo_agents.batches.TableSamples` batch (a one-context table's samples, from the fused
     collector) has the same views, gathered from each member's one row ``[S, A]`` instead of its
     ``[S*B, A]`` copies: the sampled log-probs ``log pi(a_b)``, and the group's scores
     ``S[a] = (1/B) sum_b A_b [a_b = a]`` summed into the row (the context mean of the one-hot scores).

@@ -5,10 +5,11 @@ from __future__ import annotations
 from gymnasium.vector import VectorEnv
 
 from tpo_agents import losses
+from tpo_agents.batches import TokenGroups
 from tpo_agents.modes.base import EnvTraits, GroupView, StepHook
 from tpo_agents.modes.episodes import EpisodeMode
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import TokenGroups, collect_token_groups
+from tpo_agents.rollout import collect_token_groups
 
 
 class TokenMode(EpisodeMode):

@@ -36,7 +36,7 @@ import torch
 from stable_baselines3.common.logger import Logger
 
 import tpo_gym  # noqa: F401  (registers the envs)
-from tpo_agents.rollout import Episodes, TokenGroups
+from tpo_agents.batches import Episodes, TokenGroups
 from tpo_agents.zoo.registry import get_algo
 
 torch.set_num_threads(1)

@@ -35,13 +35,14 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from tpo_agents.batches import Episodes, TokenGroups
 from tpo_agents.modes.sequence import SequenceMode
 from tpo_agents.modes.single import SingleMode
 from tpo_agents.modes.token import TokenMode
 from tpo_agents.policies.base import TRUNCATED_NORMAL_STD, multinomial_rows
 from tpo_agents.policies.mlp import MlpSoftmaxPolicy
 from tpo_agents.policies.transformer import TransformerSoftmaxPolicy
-from tpo_agents.rollout import Episodes, TokenGroups, sample_actions
+from tpo_agents.rollout import sample_actions
 from tpo_gym.envs.tokens import TokenTaskVectorEnv
 
 torch.set_num_threads(1)

@@ -1,6 +1,7 @@
-"""The architecture's arrows (docs: design): no import circle among the zoo's modules, ``tpo_gym`` never
-imports ``agents``, the losses import nothing of the project but the memory layout (``agents/layout.py``),
-which imports nothing of it. Every import statement counts, also one inside a function."""
+"""The architecture's arrows (docs: design): no import circle among the modules of ``agents`` (its
+subpackages included) nor of ``experiments``, ``tpo_gym`` never reaches ``agents``, the losses reach nothing
+of the project but the memory layout (``agents/layout.py``), which imports nothing of it. The arrows hold
+through any chain of imports; every import statement counts, also one inside a function or relative."""
 
 from __future__ import annotations
 
@@ -10,15 +11,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def imports(path: Path) -> set[str]:
-    """The modules ``path`` imports (absolute names; ``from a import b`` gives ``a`` and ``a.b``)."""
+def imports(path: Path, package: str | None = None) -> set[str]:
+    """The modules ``path`` imports (absolute names; ``from a import b`` gives ``a`` and ``a.b``). With
+    ``package``, the package ``path`` lies in, a relative import counts too (``from .base import X`` in
+    ``tpo_agents.policies`` gives ``tpo_agents.policies.base`` and ``tpo_agents.policies.base.X``)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.level == 0 or package is not None):
+            if node.level == 0:
+                module = node.module
+            else:
+                base = ".".join(str(package).split(".")[: len(str(package).split(".")) - node.level + 1])
+                module = f"{base}.{node.module}" if node.module else base
+            if module:
+                names.add(module)
+                names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -104,3 +113,93 @@ def test_the_learn_loop_imports_no_policy_fused_collection_or_allocator():
     the entry points: its own imports name none of them, nor an env."""
     banned = ("tpo_agents.policies", "tpo_agents.fused_collection", "tpo_agents.allocator", "tpo_gym")
     assert not [name for name in imports(ROOT / "agents" / "learn_loop.py") if name.startswith(banned)]
+
+
+#: The project's import roots: the import name of each top-level folder.
+ROOTS = {"agents": "tpo_agents", "tpo_gym": "tpo_gym"}
+
+
+def project_modules() -> dict[str, tuple[Path, str]]:
+    """Every module of ``agents`` (as ``tpo_agents``) and ``tpo_gym``, subpackages included: its dotted
+    name -> (its file, the package it lies in). A package is its ``__init__``, named by the package."""
+    modules = {}
+    for folder, name in ROOTS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = (name, *path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+                package = ".".join(parts)
+            else:
+                package = ".".join(parts[:-1])
+            modules[".".join(parts)] = (path, package)
+    return modules
+
+
+def project_graph(parents: bool = False) -> dict[str, set[str]]:
+    """Module -> the project's modules it imports, by any import statement (also inside a function, also
+    a relative one). With ``parents``, importing ``a.b.c`` also runs the packages ``a`` and ``a.b``: what
+    the import executes, not only what it names."""
+    modules = project_modules()
+    graph = {}
+    for name, (path, package) in modules.items():
+        named = imports(path, package)
+        if parents:
+            named |= {".".join(n.split(".")[:i]) for n in named for i in range(1, n.count(".") + 1)}
+        graph[name] = named & set(modules) - {name}
+    return graph
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` reaches through any chain of imports of ``graph`` (itself not counted)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen - {start}
+
+
+def test_relative_imports_count_in_their_package(tmp_path: Path) -> None:
+    path = tmp_path / "module.py"
+    path.write_text("from .base import A\nfrom .. import files\n\n\ndef f():\n    from .optim import B\n")
+    assert imports(path) == set()
+    assert imports(path, "tpo_agents.policies") == {
+        "tpo_agents.policies.base", "tpo_agents.policies.base.A", "tpo_agents", "tpo_agents.files",
+        "tpo_agents.policies.optim", "tpo_agents.policies.optim.B"}
+
+
+def test_reached_follows_chains() -> None:
+    assert reached({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, "a") == {"b", "c"}
+    assert reached({"a": {"b"}, "b": {"a"}}, "a") == {"b"}
+
+
+def test_the_project_graph_sees_every_module_and_its_relative_imports() -> None:
+    graph = project_graph()
+    assert {"tpo_agents", "tpo_agents.policies", "tpo_agents.policies.base", "tpo_agents.zoo.run",
+            "tpo_agents.integrations.verl.loss", "tpo_gym", "tpo_gym.sb3"} <= set(graph)
+    assert "tpo_agents.policies.base" in graph["tpo_agents.policies"]  # ``from .base import ...``
+    assert "tpo_agents.policies" not in graph["tpo_agents.rollout"]  # it names tpo_agents.policies.base,
+    assert "tpo_agents.policies" in project_graph(parents=True)["tpo_agents.rollout"]  # runs it
+
+
+def test_losses_reach_no_project_module_but_the_layout() -> None:
+    """Through any chain of imports, the packages each import runs included: the losses reach the
+    memory layout and the package's own ``__init__`` (which loads its classes on first use), nothing else."""
+    assert reached(project_graph(parents=True), "tpo_agents.losses") <= {"tpo_agents", "tpo_agents.layout"}
+
+
+def test_tpo_gym_never_reaches_agents() -> None:
+    graph = project_graph(parents=True)
+    for name in graph:
+        if name.split(".")[0] == "tpo_gym":
+            assert not {m for m in reached(graph, name) if m.split(".")[0] == "tpo_agents"}, name
+
+
+def test_no_import_circle_among_the_agents_modules() -> None:
+    """Subpackages included (``policies``, ``modes``, ``zoo``, ``integrations``), every import statement
+    counting, relative ones too; a package counts as its ``__init__``."""
+    ours = {name for name in project_graph() if name.split(".")[0] == "tpo_agents"}
+    graph = {name: edges & ours for name, edges in project_graph().items() if name in ours}
+    assert {"tpo_agents.base_class", "tpo_agents.saving", "tpo_agents.policies.llm", "tpo_agents.zoo"} <= ours
+    assert cycle(graph) is None, " -> ".join(cycle(graph) or [])

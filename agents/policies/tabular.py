@@ -14,7 +14,7 @@ from tpo_agents.layout import ACTION_MAJOR_MAX_ACTIONS, is_action_major, log_sof
 from .base import GroupPolicy
 from .optim import NormalizedStep
 
-__all__ = ["ACTION_MAJOR_MAX_ACTIONS", "TabularSoftmaxPolicy"]
+__all__ = ["TabularSoftmaxPolicy"]
 
 
 class TabularSoftmaxPolicy(GroupPolicy):

@@ -78,6 +78,16 @@ def check_render_mode(render_mode: str | None, modes: list[str] | tuple[str, ...
     return render_mode
 
 
+def reset_context(options: dict[str, Any] | None, rng: np.random.Generator, n_contexts: int) -> int:
+    """The context a single env's ``reset`` starts on: ``options["context"]``, checked to lie in
+    ``0 .. n_contexts - 1``, else one drawn uniformly from ``rng`` (:func:`uniform_ints`); other option
+    keys are refused (:func:`_check_options`)."""
+    options = _check_options(options, ("context",))
+    if options.get("context") is None:
+        return int(uniform_ints(rng, n_contexts, 1)[0])
+    return check_int("options['context']", options["context"], 0, n_contexts - 1)
+
+
 def uniform_ints(rng: np.random.Generator, high: int, size: int | tuple[int, ...]) -> np.ndarray:
     """``size`` integers drawn uniformly from ``0 .. high - 1`` (int64): ``rng.integers(0, high, size,
     dtype=np.int64)`` with its bounds given as NumPy integers, which draws the same values from the same

@@ -48,10 +48,10 @@ from tpo_gym.envs.arithmetic import CalculatorError, calculate
 from tpo_gym.envs.text import _check_completions, _object_array, extract_answer, extract_tag
 from tpo_gym.vector import (
     GroupedVectorEnv,
-    _check_options,
     check_int,
     check_int_array,
     readonly,
+    reset_context,
     uniform_ints,
 )
 
@@ -191,11 +191,7 @@ class MultiTurnEnv(gym.Env):
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode on a uniformly drawn context, or on ``options["context"]``."""
         super().reset(seed=seed)
-        options = _check_options(options, ("context",))
-        if options.get("context") is None:
-            context = int(self.task.sample_contexts(self.np_random, 1)[0])
-        else:
-            context = check_int("options['context']", options["context"], 0, self.task.num_contexts - 1)
+        context = reset_context(options, self.np_random, self.task.num_contexts)
         self._episode = self.task.begin(context)
         return self._episode.transcript, self.task.reset_info(context)
 

@@ -53,12 +53,12 @@ from tpo_gym.envs.gsm8k import GSM8K, VERL_INSTRUCTION, GSM8KDataset, load_items
 from tpo_gym.envs.splits import MAX_DRAWS_PER_ITEM, SPLITS, disjoint_splits
 from tpo_gym.vector import (
     GroupedVectorEnv,
-    _check_options,
     _with_masks,
     check_choice,
     check_int,
     check_int_array,
     readonly,
+    reset_context,
     uniform_ints,
 )
 
@@ -318,11 +318,7 @@ class TextEnv(gym.Env):
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode on a uniformly drawn item, or on ``options["context"]``."""
         super().reset(seed=seed)
-        options = _check_options(options, ("context",))
-        if options.get("context") is None:
-            context = int(self.task.sample_contexts(self.np_random, 1)[0])
-        else:
-            context = check_int("options['context']", options["context"], 0, self.task.num_items - 1)
+        context = reset_context(options, self.np_random, self.task.num_items)
         self._context, self._done = context, False
         return self.task.prompt(self._context), {"context": self._context}
 

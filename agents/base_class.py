@@ -111,9 +111,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     }
     #: The algorithm's losses, ``(loss, stats)`` of a view: a subclass defines those it has (a method),
     #: the others stay None; :meth:`loss_views` lists the views it can train on.
-    group_loss: ClassVar[Callable[[Any, GroupView], tuple[th.Tensor, dict]] | None] = None
-    sample_loss: ClassVar[Callable[[Any, SampleView], tuple[th.Tensor, dict]] | None] = None
-    exact_loss: ClassVar[Callable[[Any, ExactView], tuple[th.Tensor, dict]] | None] = None
+    group_loss: ClassVar[Callable[[Any, GroupView, bool], tuple[th.Tensor, dict]] | None] = None
+    sample_loss: ClassVar[Callable[[Any, SampleView, bool], tuple[th.Tensor, dict]] | None] = None
+    exact_loss: ClassVar[Callable[[Any, ExactView, bool], tuple[th.Tensor, dict]] | None] = None
     #: The collection modes in this algorithm's order of preference: without ``group_mode`` it takes
     #: the first supported one that is natural for the env (``CollectionMode.is_natural_for``).
     mode_preference: ClassVar[tuple[str, ...]] = ("text", "token", "sequence", "exact", "single")
@@ -229,8 +229,6 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.member_rollout: dict[str, np.ndarray] = {}
         #: The member of a population that ``predict`` uses (:meth:`set_predict_member`).
         self.predict_member = 0
-        #: Whether the loss of the current update computes its ``train/`` diagnostics (set by ``train``).
-        self.diagnostics = True
         #: Whether the current batch's ``rollout/`` values are computed (set by ``learn``: always on the
         #: generic path; with the engine for logged updates or when a callback asks).
         self.rollout_metrics = True
@@ -544,7 +542,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "lr_schedule", "mode", "_monitor", "_env_source", "_view",
-                "_probe", "diagnostics", "use_engine", "_untrained_episodes"]
+                "_probe", "use_engine", "_untrained_episodes"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []

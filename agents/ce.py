@@ -27,5 +27,5 @@ class CE(GroupAlgorithm):
     def __init__(self, policy: Any, env: Any, n_epochs: int = 1, **kwargs: Any) -> None:
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
-    def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
+    def exact_loss(self, view: ExactView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         return losses.ce_loss(view.log_probs, layout.argmax_last(view.rewards)), {}

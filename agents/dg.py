@@ -36,17 +36,17 @@ class DG(GroupAlgorithm):
         super()._validate()
         checks.check_positive("eta", self.eta)
 
-    def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
+    def sample_loss(self, view: SampleView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         loss = losses.dg_loss(view.logp, view.advantages, self.eta, weights=view.weights)
-        if not self.diagnostics:
+        if not diagnostics:
             return loss, {}
         gated = losses.dg_weights(view.logp, view.advantages, self.eta)
         return loss, {"mean_abs_gated_advantage": gated.abs().mean()}
 
-    def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
+    def exact_loss(self, view: ExactView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         eps = losses.TABULAR_SURPRISAL_EPS
         loss = losses.dg_loss(view.log_probs, view.rewards, self.eta, eps, weights=view.old_probs)
-        if not self.diagnostics:
+        if not diagnostics:
             return loss, {}
         gated = view.old_probs * losses.dg_weights(view.log_probs, view.rewards, self.eta, eps)
         return loss, {"mean_abs_gated_advantage": gated.abs().mean()}

@@ -22,7 +22,7 @@ import torch as th
 
 from tpo_agents import checks, losses
 from tpo_agents.learn_loop import GroupAlgorithm
-from tpo_agents.modes import MODES, CompletionTokens, ExactView, GroupView, SampleView
+from tpo_agents.modes import MODES, CompletionTokens, ExactView, GroupView, SampleView, View
 
 #: GRPO's losses on groups: the paper's (``"group"``) and TRL's default (``"dapo"``), see :class:`GRPO`.
 LOSS_TYPES = ("group", "dapo")
@@ -98,7 +98,8 @@ class GRPO(GroupAlgorithm):
                 raise checks.HyperparameterError("loss_type", "dapo", "'group' with n_seeds > 1 or "
                                                  "mask_zero_variance=True")
 
-    def _clipped(self, logscores: th.Tensor, old: th.Tensor, advantages: th.Tensor, scores: th.Tensor,
+    def _clipped(self, view: View, logscores: th.Tensor, old: th.Tensor, advantages: th.Tensor,
+                 scores: th.Tensor, diagnostics: bool,
                  mask: th.Tensor | None = None) -> tuple[th.Tensor, dict]:
         clip_range = self.scheduled("clip_range")
         if mask is None:
@@ -108,23 +109,24 @@ class GRPO(GroupAlgorithm):
             def masked(logscores: th.Tensor, old: th.Tensor, adv: th.Tensor, mask: th.Tensor) -> th.Tensor:
                 return losses.grpo_loss(logscores, old, adv, clip_range, self.beta, mask).reshape(1)
 
-            loss = self.mode.per_member(masked, logscores, old, advantages, mask).mean()
-        return loss, self._stats(logscores, old, advantages, scores, clip_range)
+            loss = view.per_member(masked, logscores, old, advantages, mask).mean()
+        return loss, self._stats(logscores, old, advantages, scores, clip_range, diagnostics)
 
-    def _token_clipped(self, tokens: CompletionTokens, advantages: th.Tensor,
-                       scores: th.Tensor) -> tuple[th.Tensor, dict]:
+    def _token_clipped(self, tokens: CompletionTokens, advantages: th.Tensor, scores: th.Tensor,
+                       diagnostics: bool) -> tuple[th.Tensor, dict]:
         """:func:`~tpo_agents.losses.dapo_loss` of the completions' tokens, A_i per completion."""
         clip_range = self.scheduled("clip_range")
         loss = losses.dapo_loss(tokens.log_probs, tokens.old_log_probs, advantages.reshape(-1), tokens.mask,
                                 clip_range, self.beta, tokens.n_tokens)
         active = tokens.mask.bool()  # the ratios of the completion tokens, for clip_fraction
         return loss, self._stats(tokens.log_probs[active], tokens.old_log_probs[active], advantages, scores,
-                                 clip_range)
+                                 clip_range, diagnostics)
 
-    def _stats(self, logp: th.Tensor, old: th.Tensor, advantages: th.Tensor, scores: th.Tensor,
-               clip_range: float) -> dict:
+    @staticmethod
+    def _stats(logp: th.Tensor, old: th.Tensor, advantages: th.Tensor, scores: th.Tensor,
+               clip_range: float, diagnostics: bool) -> dict:
         """``clip_fraction`` of the ratios exp(logp - old) and the |A| mass on winners and losers."""
-        if not self.diagnostics:
+        if not diagnostics:
             return {}
         winners, losers = losses.target_mass(advantages.abs(), scores)
         return {
@@ -133,21 +135,22 @@ class GRPO(GroupAlgorithm):
             "q_mass_losers": losers,
         }
 
-    def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
+    def group_loss(self, view: GroupView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         advantages = losses.grpo_advantages(view.scores, self.advantage_std)
         if self.loss_type == "dapo":  # a mode whose group view has tokens (checked at construction)
-            loss, stats = self._token_clipped(view.tokens, advantages, view.scores)
+            loss, stats = self._token_clipped(view.tokens, advantages, view.scores, diagnostics)
         else:
             mask = ~losses.zero_variance_groups(view.scores) if self.mask_zero_variance else None
-            loss, stats = self._clipped(view.logscores, view.old_logscores, advantages, view.scores, mask)
-        if not self.diagnostics:
+            loss, stats = self._clipped(view, view.logscores, view.old_logscores, advantages, view.scores,
+                                        diagnostics, mask)
+        if not diagnostics:
             return loss, stats
         return loss, {**stats, **losses.group_diagnostics(view.scores)}
 
-    def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
-        advantages = self.mode.per_member(losses.batch_standardized_advantages, view.rewards)
-        return self._clipped(view.logp, view.old_logp, advantages, view.rewards)
+    def sample_loss(self, view: SampleView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
+        advantages = view.per_member(losses.batch_standardized_advantages, view.rewards)
+        return self._clipped(view, view.logp, view.old_logp, advantages, view.rewards, diagnostics)
 
-    def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
+    def exact_loss(self, view: ExactView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         advantages = losses.policy_standardized_advantages(view.old_log_probs, view.rewards)
         return losses.pg_loss(view.log_probs, advantages, weights=view.old_probs), {}

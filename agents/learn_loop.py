@@ -21,7 +21,7 @@ from stable_baselines3.common.utils import safe_mean
 
 from tpo_agents.base_class import GroupBaseAlgorithm
 from tpo_agents.callback_steps import warn_never_firing
-from tpo_agents.modes import GroupView, SampleView, View
+from tpo_agents.modes import View
 from tpo_agents.without_signal import warn_without_signal
 
 __all__ = ["GroupAlgorithm"]
@@ -29,6 +29,9 @@ __all__ = ["GroupAlgorithm"]
 #: Diagnostics logged from the last epoch when there are several (0 by construction at the first, where
 #: pi = pi_old: not logged for one-epoch updates).
 LAST_EPOCH_STATS = ("clip_fraction",)
+
+#: The algorithm's method for each kind of view (``View.kind``).
+LOSS_OF_VIEW = {"group": "group_loss", "sample": "sample_loss", "exact": "exact_loss"}
 
 
 class GroupAlgorithm(GroupBaseAlgorithm):
@@ -154,11 +157,10 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         self._update_learning_rate(self.policy.optimizer)
         for name in self.schedules:
             self.logger.record(f"train/{name}", self.scheduled(name))
-        self.diagnostics = diagnostics
         start = time.perf_counter()
         for epoch in range(self.n_epochs):
             self.policy.optimizer.zero_grad()
-            stats, loss = self._accumulate_gradients(batch, first_epoch=epoch == 0)
+            stats, loss = self._accumulate_gradients(batch, epoch == 0, diagnostics)
             if epoch == 0:
                 if diagnostics:
                     stats["grad_norm"] = _global_grad_norm(self.policy.parameters(), self.n_seeds)
@@ -198,7 +200,8 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         return sum(weight * float(self.mode.approx_kl(part, self.mode.log_probs(self.policy, part)))
                    for part, weight in self.mode.parts(batch))
 
-    def _accumulate_gradients(self, batch: Any, first_epoch: bool = True) -> tuple[dict[str, float], float]:
+    def _accumulate_gradients(self, batch: Any, first_epoch: bool = True,
+                              diagnostics: bool = True) -> tuple[dict[str, float], float]:
         """Backward of the loss over the batch's parts; returns (stats, loss), weighted by their shares.
         The first epoch reads the log-probs that collection computed at theta_old where it did."""
         stats: dict[str, float] = {}
@@ -208,7 +211,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
                 log_probs = self.mode.first_epoch_log_probs(self.policy, part)
             else:
                 log_probs = self.mode.log_probs(self.policy, part)
-            loss, part_stats = self.loss(self.mode.view(self._view, part, log_probs))
+            loss, part_stats = self.loss(self.mode.view(self._view, part, log_probs), diagnostics)
             if self.kl_coef:
                 kl_ref = self.mode.reference_kl(self.policy, part, log_probs)
                 part_stats["reference_kl"] = kl_ref.detach()
@@ -220,16 +223,13 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         return stats, total_loss
 
     # -------------------------------------------------------------------------- algorithm hooks
-    def loss(self, view: View) -> tuple[th.Tensor, dict[str, Any]]:
+    def loss(self, view: View, diagnostics: bool = True) -> tuple[th.Tensor, dict[str, Any]]:
         """The algorithm's loss on ``view`` and its stats: ``group_loss``, ``sample_loss`` or ``exact_loss``
-        by the view's type (a subclass defines those of :meth:`loss_views`). The stats (tensors or floats)
-        are logged under ``train/`` from the first epoch, except LAST_EPOCH_STATS (measured at the start
-        of the last epoch; not logged with one epoch)."""
-        if isinstance(view, GroupView):
-            return self.group_loss(view)
-        if isinstance(view, SampleView):
-            return self.sample_loss(view)
-        return self.exact_loss(view)
+        by the view's ``kind`` (a subclass defines those of :meth:`loss_views`), a function of the view and
+        the hyperparameters. The stats (tensors or floats; none without ``diagnostics``) are logged under
+        ``train/`` from the first epoch, except LAST_EPOCH_STATS (measured at the start of the last epoch;
+        not logged with one epoch)."""
+        return getattr(self, LOSS_OF_VIEW[view.kind])(view, diagnostics)
 
     # ------------------------------------------------------------------------------- logging
     def _dump_logs(self, iteration: int) -> None:

@@ -26,10 +26,10 @@ class PG(GroupAlgorithm):
     def __init__(self, policy: Any, env: Any, n_epochs: int = 1, **kwargs: Any) -> None:
         super().__init__(policy, env, n_epochs=n_epochs, **kwargs)
 
-    def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
+    def sample_loss(self, view: SampleView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         return losses.pg_loss(view.logp, view.advantages, weights=view.weights), {}
 
-    def exact_loss(self, view: ExactView) -> tuple[th.Tensor, dict]:
+    def exact_loss(self, view: ExactView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         return losses.pg_loss(view.log_probs, view.rewards, weights=view.old_probs), {}
 
 
@@ -50,10 +50,10 @@ class GroupPG(GroupAlgorithm):
         super()._validate()
         checks.check_positive("eta", self.eta)
 
-    def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
+    def group_loss(self, view: GroupView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         return losses.group_pg_loss(view.logscores, view.scores, self.eta), {}
 
-    def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
+    def sample_loss(self, view: SampleView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         first = view.actions[:, 0]
         u = losses.standardize(losses.onehot_scores(first, view.sequence_advantages, view.n_actions))
         sampled_u = u.gather(-1, first.unsqueeze(-1)).squeeze(-1) / self.eta

@@ -34,9 +34,9 @@ class PPO(GroupAlgorithm):
         super()._validate()
         checks.check_schedulable("clip_range", self.clip_range)
 
-    def sample_loss(self, view: SampleView) -> tuple[th.Tensor, dict]:
+    def sample_loss(self, view: SampleView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         clip_range = self.scheduled("clip_range")
         loss = losses.ppo_loss(view.logp, view.old_logp, view.advantages, clip_range, weights=view.weights)
-        if not self.diagnostics:
+        if not diagnostics:
             return loss, {}
         return loss, {"clip_fraction": losses.clip_fraction(view.logp.detach(), view.old_logp, clip_range)}

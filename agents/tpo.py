@@ -39,11 +39,11 @@ class TPO(GroupAlgorithm):
         checks.check_positive("eta", self.eta)
         checks.check_bool("anchor", self.anchor)
 
-    def group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
+    def group_loss(self, view: GroupView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         if view.valid is not None:
-            return self._masked_group_loss(view)
+            return self._masked_group_loss(view, diagnostics)
         target = losses.tpo_target(view.old_logscores, view.scores, eta=self.eta, anchor=self.anchor)
-        if not self.diagnostics:
+        if not diagnostics:
             return losses.tpo_loss(view.logscores, target), {}
         winners, losers = losses.target_mass(target, view.scores)
         stats = {
@@ -54,12 +54,12 @@ class TPO(GroupAlgorithm):
         }
         return losses.tpo_loss(view.logscores, target), stats
 
-    def _masked_group_loss(self, view: GroupView) -> tuple[th.Tensor, dict]:
+    def _masked_group_loss(self, view: GroupView, diagnostics: bool = True) -> tuple[th.Tensor, dict]:
         """TPO over each group's valid candidates (:func:`tpo_agents.losses.masked_tpo_loss`; the function
         the TRL and verl paths reach through :func:`tpo_agents.losses.completion_tpo_loss`)."""
         loss, target = losses.masked_tpo_loss(view.logscores, view.old_logscores, view.scores, view.valid,
                                               self.eta, self.anchor)
-        if not self.diagnostics:
+        if not diagnostics:
             return loss, {}
         logscores = view.logscores.detach()
         masked = losses.masked_group_diagnostics(logscores, view.old_logscores, target, view.valid)

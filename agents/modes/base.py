@@ -103,8 +103,33 @@ class CompletionTokens:
     n_tokens: th.Tensor
 
 
+def member_rows(values: th.Tensor, n_members: int) -> th.Tensor:
+    """A member-major batch ``[S*N, ...]`` as ``[S, N, ...]``."""
+    return values.reshape(n_members, -1, *values.shape[1:])
+
+
+def per_member(fn: Callable[..., th.Tensor], n_members: int, *tensors: th.Tensor) -> th.Tensor:
+    """``fn`` (a batch-wide statistic such as a batch-mean baseline) applied to each member's rows of
+    member-major tensors separately, the results stacked back member-major; ``fn(*tensors)`` for one
+    member."""
+    if n_members == 1:
+        return fn(*tensors)
+    return th.vmap(fn)(*(member_rows(t, n_members) for t in tensors)).flatten(0, 1)
+
+
+class MemberRows:
+    """What a view of a population's batch (``n_members`` members, member-major rows) offers its loss:
+    a batch-wide statistic taken per member (:meth:`per_member`)."""
+
+    n_members: int
+
+    def per_member(self, fn: Callable[..., th.Tensor], *tensors: th.Tensor) -> th.Tensor:
+        """:func:`per_member` over this view's members."""
+        return per_member(fn, self.n_members, *tensors)
+
+
 @dataclass
-class GroupView:
+class GroupView(MemberRows):
     """Groups ``[..., K]``: current log-scores L_theta (with gradient), L_old and raw scores s; ``valid``
     (bool ``[..., K]``, None: all) marks the candidates that take part in the group softmax (the text
     mode drops completions without tokens); ``tokens``: the candidates' tokens, in the modes with
@@ -115,10 +140,12 @@ class GroupView:
     scores: th.Tensor
     valid: th.Tensor | None = None
     tokens: CompletionTokens | None = None
+    n_members: int = 1
+    kind: ClassVar[str] = "group"
 
 
 @dataclass
-class SampleView:
+class SampleView(MemberRows):
     """One sampled trajectory per context, ``[N, T]``: log pi_theta and log pi_old of the taken
     actions, the rewards and advantages A = r - b (per token ``[N, T]``, or per sequence ``[N]``),
     the actions, ``sequence_advantages`` [N] (the baseline applied to each trajectory's summed
@@ -132,15 +159,19 @@ class SampleView:
     sequence_advantages: th.Tensor
     n_actions: int
     weights: th.Tensor | None = None  # 0/1 mask of real tokens [N, T] (text completions), None: all
+    n_members: int = 1
+    kind: ClassVar[str] = "sample"
 
 
 @dataclass
-class ExactView:
+class ExactView(MemberRows):
     """Every action of every context, ``[N, A]``: log pi_theta, log pi_old and the exact rewards."""
 
     log_probs: th.Tensor
     old_log_probs: th.Tensor
     rewards: th.Tensor
+    n_members: int = 1
+    kind: ClassVar[str] = "exact"
 
     @property
     def old_probs(self) -> th.Tensor:
@@ -252,11 +283,10 @@ class CollectionMode(ABC):
         """The ``kind`` view (one of :attr:`views`) of ``batch`` at the current ``log_probs``."""
         if kind not in self.views:
             raise ValueError(f"view {kind!r}: {self.name} mode offers {', '.join(self.views)}")
-        if kind == "group":
-            return self.group_view(batch, log_probs)
-        if kind == "sample":
-            return self.sample_view(batch, log_probs)
-        return self.exact_view(batch, log_probs)
+        build = {"group": self.group_view, "sample": self.sample_view, "exact": self.exact_view}[kind]
+        view = build(batch, log_probs)
+        view.n_members = self.n_members
+        return view
 
     def group_view(self, batch: Any, log_probs: th.Tensor) -> GroupView:
         """Groups of candidates with their log-scores and scores (modes whose :attr:`views` have it)."""
@@ -271,16 +301,12 @@ class CollectionMode(ABC):
         raise NotImplementedError(f"{self.name} mode has no exact view")
 
     def member_rows(self, values: th.Tensor) -> th.Tensor:
-        """A member-major batch ``[S*N, ...]`` as ``[S, N, ...]``."""
-        return values.reshape(self.n_members, -1, *values.shape[1:])
+        """A member-major batch ``[S*N, ...]`` as ``[S, N, ...]`` (:func:`member_rows`)."""
+        return member_rows(values, self.n_members)
 
     def per_member(self, fn: Callable[..., th.Tensor], *tensors: th.Tensor) -> th.Tensor:
-        """``fn`` (a batch-wide statistic such as a batch-mean baseline) applied to each member's rows
-        of member-major tensors separately, the results stacked back member-major; ``fn(*tensors)``
-        for one member."""
-        if self.n_members == 1:
-            return fn(*tensors)
-        return th.vmap(fn)(*(self.member_rows(t) for t in tensors)).flatten(0, 1)
+        """:func:`per_member` over this mode's members."""
+        return per_member(fn, self.n_members, *tensors)
 
     def rollout_metrics(self, batch: Any) -> dict[str, th.Tensor]:
         """The batch's ``rollout/`` metrics per member, each ``[S]`` (the paper's task error before

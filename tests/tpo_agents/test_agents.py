@@ -81,8 +81,8 @@ def test_same_seed_gives_the_same_losses():
         model = TPO("TransformerPolicy", copy_env(), batch_size=8, group_size=4, **TOKEN_KW)
         captured, original = [], model.group_loss
 
-        def spy(view):
-            loss, stats = original(view)
+        def spy(view, diagnostics):
+            loss, stats = original(view, diagnostics)
             captured.append(float(loss.detach()))
             return loss, stats
 

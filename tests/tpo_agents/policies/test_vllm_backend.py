@@ -136,14 +136,14 @@ def test_pi_old_is_the_trainers_forward_not_the_engines_log_probs(tiny_llm_dir: 
     batch = model.collect(callback)
     policy, loss, seen = model.policy, model.group_loss, []
 
-    def spy(view):
+    def spy(view, diagnostics):
         with torch.no_grad():  # the trainer's forward at theta_old: the optimizer has not stepped yet
             forward = policy.token_log_probs(batch.completions, torch.arange(batch.scores.numel()))
         mask = batch.mask.float()
         engine = torch.full_like(forward, ENGINE_LOG_PROB)
         seen.append((view.old_logscores.detach(), completion_logscores(forward, mask, k, policy.logscore),
                      completion_logscores(engine, mask, k, policy.logscore)))
-        return loss(view)
+        return loss(view, diagnostics)
 
     model.group_loss = spy
     model.train(batch)

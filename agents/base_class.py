@@ -28,8 +28,10 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces
 
+import tpo_agents.fast_collectors  # noqa: F401  (registers the fast collectors)
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
-from tpo_agents import checks, fused_collection
+from tpo_agents import checks
+from tpo_agents.collectors import ModeCollector, make_collector
 from tpo_agents.mode_choice import EnvLike, choose_mode, env_class, env_id_and_kwargs, make_probe
 from tpo_agents.modes import (
     DEFAULT_GROUP_SIZE,
@@ -229,12 +231,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         self.member_rollout: dict[str, np.ndarray] = {}
         #: The member of a population that ``predict`` uses (:meth:`set_predict_member`).
         self.predict_member = 0
-        #: Whether the current batch's ``rollout/`` values are computed (set by ``learn``: always on the
-        #: generic path; with the engine for logged updates or when a callback asks).
-        self.rollout_metrics = True
-        #: Whether ``learn`` uses the fused collection of :mod:`tpo_agents.fused_collection` where one covers
-        #: the policy and mode (False: always the generic mode path, the reference).
-        self.use_engine = True
+        #: Whether ``learn`` uses a fast collector (:mod:`tpo_agents.fast_collectors`) where one serves the
+        #: env, policy and mode (False: always the generic collector, the reference).
+        self.fast_collection = True
         if env is not None:
             self.env_id, self.env_kwargs = env_id, merged_kwargs
             self._env_source = env
@@ -375,11 +374,12 @@ class GroupBaseAlgorithm(BaseAlgorithm):
                 self.observation_space, self.action_space, self.lr_schedule), self.policy_kwargs)
             self.policy.set_predict_member(self.predict_member)
 
-    def fused_collector(self) -> fused_collection.Collector | None:
-        """The fused collection for this policy, mode and env (the one place that chooses it:
-        :func:`tpo_agents.fused_collection.fused_collector`), or None: the generic path, ``collect``, which
-        stays its reference (``tests/tpo_agents/test_fused_collection.py`` holds the two equal)."""
-        return fused_collection.fused_collector(self)
+    def collector(self, fast: bool | None = None) -> ModeCollector:
+        """The collector of this env, policy and mode (:func:`tpo_agents.collectors.make_collector`): a
+        registered fast one that serves them where ``fast`` (default :attr:`fast_collection`; never with a
+        reference model, ``kl_coef``), else the generic one."""
+        fast = self.fast_collection if fast is None else fast
+        return make_collector(self.vector_env, self.policy, self.mode, fast=fast and not self.kl_coef)
 
     def _probe_env(self, source: EnvLike) -> gym.Env:
         """A single env of ``source`` (``source`` itself if it is one) to read the spaces from.
@@ -542,7 +542,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "lr_schedule", "mode", "_monitor", "_env_source", "_view",
-                "_probe", "use_engine", "_untrained_episodes"]
+                "_probe", "fast_collection", "_untrained_episodes"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []

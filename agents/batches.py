@@ -2,7 +2,7 @@
 
 Every field is a tensor on the policy's device, rows context-major (the K candidates of a context
 adjacent) and, for a population, member-major: :mod:`tpo_agents.rollout` and
-:mod:`tpo_agents.fused_collection` fill them, the modes (:mod:`tpo_agents.modes`) read views from them.
+:mod:`tpo_agents.fast_collectors` fill them, the modes (:mod:`tpo_agents.modes`) read views from them.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class ExactBatch:
 @dataclass
 class TableSamples:
     """B sampled actions per member from a one-context logit table (the k-armed bandit in single mode,
-    ``tpo_agents.fused_collection.TableSingleCollector``): the batch of ``Episodes`` with T = 1 without its
+    ``tpo_agents.fast_collectors.TableSingleCollector``): the batch of ``Episodes`` with T = 1 without its
     ``[S*B, A]`` copies of the one row per member, which the single mode's views gather from instead.
 
     ``token_rewards`` and ``returns`` are as in ``Episodes`` (member-major rows, so the episode modes'

@@ -21,6 +21,7 @@ from stable_baselines3.common.utils import safe_mean
 
 from tpo_agents.base_class import GroupBaseAlgorithm
 from tpo_agents.callback_steps import warn_never_firing
+from tpo_agents.collectors import Collector
 from tpo_agents.modes import View
 from tpo_agents.without_signal import warn_without_signal
 
@@ -69,14 +70,13 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         )
         warn_never_firing(self, callback, total_timesteps - self.num_timesteps, stacklevel=3)
         without_signal_before = self.batches_without_signal
-        fused = self.fused_collector()  # the engine's collection, or None: the generic path
-        every_update = fused is None or wants_train_diagnostics(callback)
-        every_rollout = fused is None or wants_rollout_metrics(callback)
+        collector = self.collector()
+        every_update = not collector.fast or wants_train_diagnostics(callback)
+        every_rollout = not collector.fast or wants_rollout_metrics(callback)
         callback.on_training_start(locals(), globals())
         while self.num_timesteps < total_timesteps and (n_iterations is None or iteration < n_iterations):
             logged = log_interval > 0 and (iteration + 1) % log_interval == 0
-            self.rollout_metrics = every_rollout or logged
-            batch = (fused or self.collect)(callback)
+            batch = self.collect(callback, collector, rollout_metrics=every_rollout or logged)
             if batch is None:
                 break
             self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
@@ -85,24 +85,26 @@ class GroupAlgorithm(GroupBaseAlgorithm):
             iteration += 1
             if logged:
                 self._dump_logs(iteration)
-        self.rollout_metrics = True  # a later generic ``collect`` records its batch's values again
         callback.on_training_end()
         warn_without_signal(iteration, self.batches_without_signal - without_signal_before)
         return self
 
-    def collect(self, callback: BaseCallback) -> Any:
-        """One batch in this algorithm's mode; None if a callback stopped training.
+    def collect(self, callback: BaseCallback, collector: Collector | None = None,
+                rollout_metrics: bool = True) -> Any:
+        """One batch from ``collector`` (default: the generic one, the mode's own collection); None if a
+        callback stopped training.
 
-        The batch's ``rollout/`` metrics are recorded before ``callback.on_rollout_end()``, so a
-        callback can read them from ``model.logger.name_to_value`` there (the policy is not yet updated).
+        The batch's ``rollout/`` metrics (with ``rollout_metrics``) are recorded before
+        ``callback.on_rollout_end()``, so a callback can read them from ``model.logger.name_to_value``
+        there (the policy is not yet updated).
         """
+        collector = collector or self.collector(fast=False)
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
-        batch = self.mode.collect(self.vector_env, self.policy,
-                                  lambda interactions: self.count_interactions(callback, interactions))
+        batch = collector(lambda interactions: self.count_interactions(callback, interactions))
         if batch is None:
             return None
-        self.record_batch(batch)
+        self.record_batch(batch, rollout_metrics)
         callback.on_rollout_end()
         return batch
 
@@ -113,12 +115,12 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         callback.update_locals({"self": self})
         return callback.on_step()
 
-    def record_batch(self, batch: Any) -> None:
+    def record_batch(self, batch: Any, rollout_metrics: bool = True) -> None:
         """Record a collected batch: its ``rollout/`` values (the members' means; per member in
-        :attr:`member_rollout`; none where :attr:`rollout_metrics` is off) and its episodes'
-        ``monitor.csv`` rows, which :meth:`record_episodes` counts and writes once the batch is trained on."""
+        :attr:`member_rollout`; none without ``rollout_metrics``) and its episodes' ``monitor.csv`` rows,
+        which :meth:`record_episodes` counts and writes once the batch is trained on."""
         self.member_rollout = {}
-        if self.rollout_metrics:
+        if rollout_metrics:
             self.member_rollout = self.mode.log_rollout(self.logger, batch) or {}
         rows = self.mode.episode_rows(batch)
         if rows is not None and self.n_seeds > 1:
@@ -145,7 +147,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         A batch in which no group carries signal (:meth:`~tpo_agents.modes.CollectionMode.has_signal`) is
         counted (``train/batches_without_signal``) and, with ``skip_batches_without_signal``, not trained
         on. ``diagnostics=False`` skips the ``train/`` diagnostics (the loss's stats, the gradient norm, the
-        KL to pi_old after the update), which change no parameter: the learn loop of a fused collector
+        KL to pi_old after the update), which change no parameter: the learn loop of a fast collector
         computes them for logged updates only.
         """
         if not self.mode.has_signal(batch, self._view):

@@ -85,10 +85,11 @@ class CurveRecorder(BaseCallback):
     """Record per-update curves of every member (never stops training)."""
 
     wants_train_diagnostics = True
-    """Ask the fused collection for every update's ``train/`` diagnostics (``tpo_agents.fused_collection``);
-    the runner turns it off where the seed file keeps none (``experiments.jobs.needs_train_diagnostics``)."""
+    """Ask for every update's ``train/`` diagnostics where a fast collector (``tpo_agents.fast_collectors``)
+    computes them for logged updates only; the runner turns it off where the seed file keeps none
+    (``experiments.jobs.needs_train_diagnostics``)."""
     wants_rollout_metrics = True
-    """Ask the fused engine for every batch's ``rollout/`` values (``error`` is the batch's task error)."""
+    """Ask for every batch's ``rollout/`` values too (``error`` is the batch's task error)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -107,11 +107,11 @@ def test_imports_count_type_checking_imports(tmp_path):
     assert {"a.b", "a.b.C", "d"} <= imports(path)
 
 
-def test_the_learn_loop_imports_no_policy_fused_collection_or_allocator():
-    """The learn loop reaches policies, the fused collection (chosen in one place,
-    ``GroupBaseAlgorithm.fused_collector``) and the allocator's settings only through the base class and
-    the entry points: its own imports name none of them, nor an env."""
-    banned = ("tpo_agents.policies", "tpo_agents.fused_collection", "tpo_agents.allocator", "tpo_gym")
+def test_the_learn_loop_imports_no_policy_fast_collector_or_allocator():
+    """The learn loop reaches policies, the fast collectors (registered, :mod:`tpo_agents.collectors`) and
+    the allocator's settings only through the base class and the entry points: its own imports name none
+    of them, nor an env."""
+    banned = ("tpo_agents.policies", "tpo_agents.fast_collectors", "tpo_agents.allocator", "tpo_gym")
     assert not [name for name in imports(ROOT / "agents" / "learn_loop.py") if name.startswith(banned)]
 
 

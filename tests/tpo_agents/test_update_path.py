@@ -44,12 +44,12 @@ def test_the_finder_finds_one(tmp_path: Path) -> None:
     assert string_built_lookups(tmp_path / "x.py") == [2, 3]
 
 
-def test_the_modes_never_import_the_algorithms_and_the_learn_loop_not_the_engine() -> None:
-    algorithms = {"tpo_agents.learn_loop", "tpo_agents.base_class", "tpo_agents.fused_collection"}
+def test_the_modes_never_import_the_algorithms_and_the_learn_loop_not_the_fast_collectors() -> None:
+    algorithms = {"tpo_agents.learn_loop", "tpo_agents.base_class", "tpo_agents.fast_collectors"}
     for path in (ROOT / "agents" / "modes").glob("*.py"):
         assert not algorithms & imports(path), path
     learn_loop = imports(ROOT / "agents" / "learn_loop.py")
-    assert not any(name.startswith("tpo_agents.fused_collection") for name in learn_loop)
+    assert not any(name.startswith("tpo_agents.fast_collectors") for name in learn_loop)
 
 
 @pytest.mark.parametrize(("algo", "views"), [(TPO, ("group",)), (GRPO, ("group", "sample", "exact")),

@@ -1,5 +1,5 @@
-"""The fused collection (tpo_agents.fused_collection) equals the generic mode path: same batches, same losses,
-same parameters, for every algorithm and population size it covers; diagnostics only where logged."""
+"""The fast collectors (tpo_agents.fast_collectors) equal the generic collector: same batches, same losses,
+same parameters, for every algorithm and population size they serve; diagnostics only where logged."""
 
 from __future__ import annotations
 
@@ -11,13 +11,9 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 
-import tpo_agents.fused_collection as engine_module
+import tpo_agents.fast_collectors as fast_module
 import tpo_gym  # noqa: F401
-from tpo_agents.fused_collection import (
-    TableExactCollector,
-    fused_collector,
-    pixel_bytes,
-)
+from tpo_agents.fast_collectors import TableExactCollector, pixel_bytes
 from tpo_agents.learn_loop import wants_rollout_metrics, wants_train_diagnostics
 from tpo_agents.zoo.registry import make_agent
 
@@ -38,37 +34,37 @@ class Rows(KVWriter):
                           if isinstance(v, int | float) and not k.startswith("time/")})  # not wall times
 
 
-def exact_model(algo: str, n_seeds: int, engine: bool, **kwargs: Any) -> Any:
+def exact_model(algo: str, n_seeds: int, fast: bool, **kwargs: Any) -> Any:
     model = make_agent(algo, "TabularPolicy", "TPO/MultiContextBandit-v0", env_kwargs=BANDIT,
                        group_mode="exact", learning_rate=0.1, n_epochs=1, seed=3, n_seeds=n_seeds,
                        policy_kwargs={"init": "normal"}, **kwargs)  # fmt: skip
-    model.use_engine = engine
+    model.fast_collection = fast
     return model
 
 
 @pytest.mark.parametrize("n_seeds", [1, 3])
 @pytest.mark.parametrize("algo", EXACT_ALGOS)
-def test_fused_exact_updates_equal_the_generic_path(algo: str, n_seeds: int) -> None:
+def test_fast_exact_updates_equal_the_generic_path(algo: str, n_seeds: int) -> None:
     runs = []
-    for engine in (True, False):
-        model = exact_model(algo, n_seeds, engine)
-        assert (fused_collector(model) is not None) is engine
+    for fast in (True, False):
+        model = exact_model(algo, n_seeds, fast)
+        assert model.collector().fast is fast
         writer = Rows()
         model.set_logger(Logger(folder=None, output_formats=[writer]))
         model.learn(n_iterations=4, log_interval=1)
         members = {key: values.tolist() for key, values in model.member_rollout.items()}
         runs.append((model.policy.logits.detach().clone(), writer.rows, members, model.num_timesteps))
-    (fused, *fused_logs), (generic, *generic_logs) = runs
-    assert th.equal(fused, generic)
-    assert fused_logs == generic_logs  # every logged value (diagnostics included), member values, steps
+    (fast, *fast_logs), (generic, *generic_logs) = runs
+    assert th.equal(fast, generic)
+    assert fast_logs == generic_logs  # every logged value (diagnostics included), member values, steps
 
 
-def test_the_fused_batch_is_the_generic_batch() -> None:
+def test_the_fast_batch_is_the_generic_batch() -> None:
     model = exact_model("tpo", 3, True)
     model.learn(n_iterations=2)  # the collector has scored the env; the table has moved
-    collector = TableExactCollector(model)
-    first = collector(model._init_callback(None))
-    again = collector(model._init_callback(None))  # from the table alone
+    collector = TableExactCollector(model.vector_env, model.policy, model.mode)
+    first = collector(lambda interactions: True)
+    again = collector(lambda interactions: True)  # from the table alone
     generic = model.collect(model._init_callback(None))
     for batch in (first, again):
         for field in ("obs", "rewards", "old_log_probs"):
@@ -112,8 +108,8 @@ class NeedsRollout(BaseCallback):
 def test_rollout_values_only_for_logged_updates_or_when_asked() -> None:
     assert not wants_rollout_metrics(CallbackList([ProgressBarCallback(), NeedsDiagnostics()]))
     assert wants_rollout_metrics(CallbackList([CallbackList([NeedsRollout()])]))
-    for callback, engine, expected in ((None, True, 2), (NeedsRollout(), True, 6), (None, False, 6)):
-        model = exact_model("tpo", 2, engine)
+    for callback, fast, expected in ((None, True, 2), (NeedsRollout(), True, 6), (None, False, 6)):
+        model = exact_model("tpo", 2, fast)
         computed = []
         log_rollout = model.mode.log_rollout
 
@@ -125,7 +121,7 @@ def test_rollout_values_only_for_logged_updates_or_when_asked() -> None:
         writer = Rows()
         model.set_logger(Logger(folder=None, output_formats=[writer]))
         model.learn(n_iterations=6, log_interval=3, callback=callback)
-        assert len(computed) == expected, (callback, engine)
+        assert len(computed) == expected, (callback, fast)
         assert len(writer.rows) == 2 and all("rollout/task_error" in row for row in writer.rows)
         assert set(model.member_rollout) == {"task_error"}  # the last update is logged
     model = exact_model("tpo", 2, True)
@@ -144,7 +140,7 @@ def test_the_generic_path_always_computes_diagnostics() -> None:
     assert computed == [True, True, True]
 
 
-def test_a_stopping_callback_stops_the_fused_loop() -> None:
+def test_a_stopping_callback_stops_the_fast_loop() -> None:
     class StopAtOnce(BaseCallback):
         def _on_step(self) -> bool:
             return False
@@ -164,25 +160,25 @@ SINGLE_RUNS = {
 }
 
 
-def single_model(name: str, n_seeds: int, engine: bool, folder: Any = None) -> Any:
+def single_model(name: str, n_seeds: int, fast: bool, folder: Any = None) -> Any:
     settings = {"n_epochs": 1, **SINGLE_RUNS[name]}
     model = make_agent(name.split("/")[0], "TabularPolicy", "TPO/KArmedBandit-v0", env_kwargs={"n_arms": 7},
                        group_mode="single", batch_size=6, learning_rate=0.1, seed=5,
                        n_seeds=n_seeds, monitor_dir=folder, **settings)  # fmt: skip
-    model.use_engine = engine
+    model.fast_collection = fast
     return model
 
 
 @pytest.mark.parametrize("n_seeds", [1, 3])
 @pytest.mark.parametrize("name", sorted(SINGLE_RUNS))
-def test_fused_single_context_updates_equal_the_generic_path(name: str, n_seeds: int, tmp_path: Any) -> None:
+def test_fast_single_context_updates_equal_the_generic_path(name: str, n_seeds: int, tmp_path: Any) -> None:
     runs = []
-    for engine in (True, False):
-        folder = tmp_path / str(engine)
+    for fast in (True, False):
+        folder = tmp_path / str(fast)
         folder.mkdir()
         th.manual_seed(0)
-        model = single_model(name, n_seeds, engine, str(folder))
-        assert (fused_collector(model) is not None) is engine
+        model = single_model(name, n_seeds, fast, str(folder))
+        assert model.collector().fast is fast
         writer = Rows()
         model.set_logger(Logger(folder=None, output_formats=[writer]))
         model.learn(n_iterations=5, log_interval=1)
@@ -190,15 +186,15 @@ def test_fused_single_context_updates_equal_the_generic_path(name: str, n_seeds:
         monitor = [line.split(",")[:2] for line in (folder / "monitor.csv").read_text().splitlines()[2:]]
         runs.append((model.policy.logits.detach().clone(), writer.rows, members, model.num_timesteps,
                      model._episode_num, monitor))  # fmt: skip
-    (fused, *fused_logs), (generic, *generic_logs) = runs
-    assert th.equal(fused, generic)
-    assert fused_logs == generic_logs
+    (fast, *fast_logs), (generic, *generic_logs) = runs
+    assert th.equal(fast, generic)
+    assert fast_logs == generic_logs
 
 
-def test_the_engine_leaves_other_policies_and_contexts_to_the_generic_path() -> None:
+def test_the_fast_collectors_leave_other_policies_and_contexts_to_the_generic_path() -> None:
     several = make_agent("tpo", "TabularPolicy", "TPO/MultiContextBandit-v0",
                          env_kwargs={"n_contexts": 3, "n_arms": 4}, group_mode="single", batch_size=6)
-    assert fused_collector(several) is None  # contexts drawn from the env's streams: the generic path
+    assert not several.collector().fast  # contexts drawn from the env's streams: the generic path
     assert np.isfinite(several.learn(n_iterations=2).policy.logits.detach().numpy()).all()
 
 
@@ -211,29 +207,29 @@ MNIST_RUNS = {
 
 @pytest.mark.parametrize("n_seeds", [1, 2])
 @pytest.mark.parametrize("name", sorted(MNIST_RUNS))
-def test_fused_mnist_updates_equal_the_generic_path(name: str, n_seeds: int) -> None:
+def test_fast_mnist_updates_equal_the_generic_path(name: str, n_seeds: int) -> None:
     algo = name.split("_")[0] if name.endswith("interactions") else name
     settings = {"group_mode": "single", "n_epochs": 1, **MNIST_RUNS[name]}
     runs = []
-    for engine in (True, False):
+    for fast in (True, False):
         th.manual_seed(0)
         model = make_agent(algo, "MlpPolicy", "TPO/MNISTBandit-v0", batch_size=8, learning_rate=1e-3,
                            seed=7, n_seeds=n_seeds, **settings)  # fmt: skip
-        model.use_engine = engine
-        assert (fused_collector(model) is not None) is engine
+        model.fast_collection = fast
+        assert model.collector().fast is fast
         writer = Rows()
         model.set_logger(Logger(folder=None, output_formats=[writer]))
         model.learn(n_iterations=3, log_interval=1)
         members = {key: values.tolist() for key, values in model.member_rollout.items()}
         params = th.cat([p.detach().flatten() for p in model.policy.parameters()])
         runs.append((params, writer.rows, members, model.num_timesteps))
-    (fused, *fused_logs), (generic, *generic_logs) = runs
-    assert th.equal(fused, generic)
-    assert fused_logs == generic_logs
+    (fast, *fast_logs), (generic, *generic_logs) = runs
+    assert th.equal(fast, generic)
+    assert fast_logs == generic_logs
 
 
 def test_pixel_bytes_give_the_images_back_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "PIXEL_CHUNK_ROWS", 5)  # 64 rows: 13 chunks
+    monkeypatch.setattr(fast_module, "PIXEL_CHUNK_ROWS", 5)  # 64 rows: 13 chunks
     raw = np.arange(256, dtype=np.uint8).repeat(3).reshape(-1, 12)  # every byte value
     images = th.from_numpy(np.divide(raw, np.float32(255.0), dtype=np.float32))  # as load_mnist reads them
     found = pixel_bytes(images)

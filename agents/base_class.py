@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -45,7 +44,7 @@ from tpo_agents.modes import (
     make_mode,
 )
 from tpo_agents.monitor import EpisodeMonitor
-from tpo_agents.policies import GroupPolicy, MlpPolicy, TabularPolicy, TransformerPolicy
+from tpo_agents.policies import MlpPolicy, TabularPolicy, TransformerPolicy
 from tpo_agents.populations import make_population
 from tpo_agents.saving import (
     check_saved_by,
@@ -414,7 +413,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             self.env_id, num_envs=self.mode.n_envs * self.n_seeds, vectorization_mode="vector_entry_point",
             **members, **self.env_kwargs,
         )
-        if not isinstance(vector_env.unwrapped, self.mode.vector_env_types):
+        if not self.mode.collects_from_vector(type(vector_env.unwrapped)):
             raise ValueError(f"{self.env_id!r} has no natively batched vector env")
         self.env = SB3VecEnv(vector_env)
         self.n_envs = self.env.num_envs
@@ -492,8 +491,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         folder ``<name>.hf`` beside a small zip (no weights, no optimizer moments), which ``load`` and
         ``AutoModelForCausalLM.from_pretrained`` read; call ``save_llm(model, path, optimizer=True)`` to
         keep AdamW's state. Any other policy, or an open file, gets SB3's zip."""
-        llm = sys.modules.get("tpo_agents.policies.llm")  # loaded whenever a policy is an LLMPolicy
-        if (llm is not None and isinstance(self.policy, llm.LLMPolicy) and isinstance(path, str | os.PathLike)
+        if (getattr(self.policy, "saves_as_pretrained", False) and isinstance(path, str | os.PathLike)
                 and not getattr(self.policy, "_weights_elsewhere", False)):
             from tpo_agents.policies.llm_checkpoint import save_llm
 
@@ -505,7 +503,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         """Make :meth:`predict` (and so SB3's ``evaluate_policy``, the zoo's ``enjoy``) act with member
         ``member`` of a population: the learner of seed ``seed + member``. The default is member 0;
         the choice is saved with the model. One member (``n_seeds=1``): only 0."""
-        if isinstance(self.policy, GroupPolicy):
+        if hasattr(self.policy, "set_predict_member"):  # a policy of members (GroupPolicy) checks the range
             self.policy.set_predict_member(member)
         elif member != 0:
             raise ValueError(f"member must be 0 for a model of one member, got {member!r}")
@@ -525,7 +523,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         sampling, its own generator; its actions equal ``model.policy.member_policy(m)``'s."""
         if member is None:
             return self.policy.predict(observation, state, episode_start, deterministic)
-        if not isinstance(self.policy, GroupPolicy):
+        if not hasattr(self.policy, "set_predict_member"):  # not a policy of members (GroupPolicy)
             if member != 0:
                 raise ValueError(f"member must be 0 for a model of one member, got {member!r}")
             return self.policy.predict(observation, state, episode_start, deterministic)

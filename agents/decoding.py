@@ -9,11 +9,11 @@ a population shares within each member only (:func:`member_unique`, :func:`uniqu
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch as th
 
-from tpo_agents.batches import Episodes, TokenGroups
 from tpo_agents.policies.base import member_of_rows
 from tpo_agents.policies.protocols import ActionPolicy, SequencePolicy
 
@@ -113,29 +113,36 @@ def _members(policy: ActionPolicy) -> int:
     return int(getattr(policy, "n_members", 1))
 
 
-def distinct_sequences(episodes: Episodes | TokenGroups, n_members: int = 1) -> tuple[th.Tensor, th.Tensor]:
-    """(distinct rows of [prompt, actions], inverse index) of a token batch, computed once per batch
-    (per member of a population: :func:`member_unique`).
+def distinct_sequences(prompts: th.Tensor, actions: th.Tensor,
+                       n_members: int = 1) -> tuple[th.Tensor, th.Tensor]:
+    """(distinct rows of [prompt, actions], inverse index) of a token batch (per member of a population:
+    :func:`member_unique`); collection computes them once per batch where a sequence policy re-scores
+    (:func:`rescored_by_sequence`).
 
     With small vocabularies many of the K completions of a prompt repeat (V = 2, H = 5, K = 32 has at
     most 32 distinct ones); scoring each distinct sequence once and gathering is exact.
     """
-    if episodes.distinct is None:
-        sequences = th.cat([episodes.prompts, episodes.actions], dim=1)
-        episodes.distinct = member_unique(sequences, n_members)
-    return episodes.distinct
+    return member_unique(th.cat([prompts, actions], dim=1), n_members)
 
 
-def episode_log_probs(policy: ActionPolicy, episodes: Episodes | TokenGroups) -> th.Tensor:
-    """Current-policy log pi(.|x_t) for every recorded state, [N, T, A], with gradients.
+def rescored_by_sequence(policy: ActionPolicy, prompts: th.Tensor | None) -> bool:
+    """Whether :func:`episode_log_probs` re-scores a batch with ``prompts`` by its distinct sequences."""
+    return prompts is not None and isinstance(policy, SequencePolicy)
+
+
+def episode_log_probs(policy: ActionPolicy, episodes: Any) -> th.Tensor:
+    """Current-policy log pi(.|x_t) for every recorded state of ``episodes`` (``Episodes`` or
+    ``TokenGroups``), [N, T, A], with gradients.
 
     A :class:`SequencePolicy` (the transformer) re-scores each distinct sequence with one
     teacher-forced forward (exact under the causal mask), encoding a prompt shared by several
     sequences once (a population: within each member); others re-score the recorded observations.
     """
-    if episodes.prompts is not None and isinstance(policy, SequencePolicy):
+    if rescored_by_sequence(policy, episodes.prompts):
         members = _members(policy)
-        rows, inverse = distinct_sequences(episodes, members)
+        distinct = episodes.distinct
+        rows, inverse = distinct if distinct is not None else distinct_sequences(episodes.prompts,
+                                                                                 episodes.actions, members)
         horizon = episodes.prompts.shape[1]
         prompts, owner = member_unique(rows[:, :horizon], members)
         if len(prompts) < len(rows):

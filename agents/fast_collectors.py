@@ -14,16 +14,18 @@ sub-envs per member and samples each row's action from that row's copy of the on
 :class:`TableSingleCollector` draws each member's B actions from its one row of ``pi = softmax(z)``
 (inverse CDF, the member's generator: the same uniforms, so the same actions), reads the rewards
 from the arms' rewards, scored by the env once, and hands the single mode a ``TableSamples`` batch:
-each member's one row ``[S, A]`` (computed once with gradient, for the first epoch too) instead of the
-generic batch's ``[S*B, A]`` copies of it, which the mode's views gather from.
+each member's one row ``[S, A]`` instead of the generic batch's ``[S*B, A]`` copies of it, which the
+mode's views gather from.
 
 On images (the MLP on MNIST, single and exact modes) the generic path resets the env, which
 copies the drawn images out of the data set, and steps it (the one-step episodes autoreset, which copies
-a second, unused set), then forwards the batch twice (collection, then the first epoch).
-:class:`ImageCollector` draws the contexts from the env's own member streams as those resets do
-(``draw_contexts``: the same image indices), gathers the images from the data set as one tensor, and
-forwards them once with gradient: ``L_old`` is that forward detached, and the first epoch takes the
-forward itself (``first_log_probs``).
+a second, unused set). :class:`ImageCollector` draws the contexts from the env's own member streams as
+those resets do (``draw_contexts``: the same image indices) and gathers the images from the data set as
+one tensor.
+
+Each collector writes pi_old from a forward without gradient (it samples from it, or the exact mode's
+``rollout/`` task error reads it); the update's first epoch forwards again with gradient
+(:mod:`tpo_agents.batches`: no graph is kept from collection into the update).
 
 The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's own loss from
 ``tpo_agents.losses`` on the mode's views); with a fast collector the learn loop computes the ``train/``
@@ -65,7 +67,7 @@ def _table(policy: Any, mode: CollectionMode) -> bool:
 class ImageCollector(FastCollector):
     """Batches of the MLP on MNIST in single mode (B images per member, one sampled guess each) or
     exact mode (B images, every guess scored): the images of the env's own context draws,
-    gathered from the data set, forwarded once; the batch equals the generic path's."""
+    gathered from the data set; the batch equals the generic path's."""
 
     @classmethod
     def serves(cls, env: VectorEnv, policy: Any, mode: CollectionMode) -> bool:
@@ -108,9 +110,9 @@ class ImageCollector(FastCollector):
         policy = self.policy
         contexts = self._contexts()
         images, labels = self._images(contexts), self.labels.index_select(0, contexts)
-        log_probs = policy.action_log_probs(images)  # with gradient: the first epoch's forward
-        old_log_probs = log_probs.detach()
         n = len(contexts)
+        with th.no_grad():  # pi_old: sampled from, and read by the rollout/ task error in exact mode
+            old_log_probs = policy.action_log_probs(images)
         if self.single:
             actions = multinomial_rows(old_log_probs, 1, policy.member_generators)  # [N, 1]
             rewards = (actions == labels.unsqueeze(1)).float()
@@ -120,18 +122,17 @@ class ImageCollector(FastCollector):
             return Episodes(
                 obs=images.unsqueeze(1), actions=actions, old_log_probs=old_log_probs.unsqueeze(1),
                 token_rewards=rewards, returns=rewards[:, 0].clone(), contexts=contexts, n_contexts=n,
-                group_size=1, first_log_probs=log_probs.unsqueeze(1),
+                group_size=1,
             )  # fmt: skip
-        scores = (th.arange(log_probs.shape[-1], device=policy.device) == labels.unsqueeze(1)).float()
-        return ExactBatch(images, scores, old_log_probs, first_log_probs=log_probs)
+        scores = (th.arange(old_log_probs.shape[-1], device=policy.device) == labels.unsqueeze(1)).float()
+        return ExactBatch(images, scores, old_log_probs)
 
 
 @register_fast_collector
 class TableExactCollector(FastCollector):
     """Exact-mode batches of a logit table: every context of every member, exact rewards scored by
     the env once (the first batch, :func:`tpo_agents.rollout.collect_exact`), then
-    ``L_old[m, c] = log_softmax(z[m, c])`` from the table, computed once with gradient for the first
-    epoch; the batch equals the generic path's."""
+    ``L_old[m, c] = log_softmax(z[m, c])`` from the table; the batch equals the generic path's."""
 
     @classmethod
     def serves(cls, env: VectorEnv, policy: Any, mode: CollectionMode) -> bool:
@@ -143,16 +144,15 @@ class TableExactCollector(FastCollector):
 
     def __call__(self, on_step: StepHook) -> ExactBatch | None:
         policy = self.policy
-        log_probs = None
         if self._scored is None:
             self._scored = collect_exact(self.env, policy, exhaustive=True, n_members=self.mode.n_members)
             old_log_probs = self._scored.old_log_probs
-        else:  # with gradient: the first epoch's log-probabilities (every row once, in the batch's order)
-            log_probs = policy.all_log_probs().reshape(-1, policy.n_actions)
-            old_log_probs = log_probs.detach()
+        else:  # every row once, in the batch's order
+            with th.no_grad():
+                old_log_probs = policy.all_log_probs().reshape(-1, policy.n_actions)
         if not on_step(self.env.num_envs):
             return None
-        return ExactBatch(self._scored.obs, self._scored.rewards, old_log_probs, first_log_probs=log_probs)
+        return ExactBatch(self._scored.obs, self._scored.rewards, old_log_probs)
 
 
 @register_fast_collector
@@ -182,13 +182,13 @@ class TableSingleCollector(FastCollector):
         if self._arm_rewards is None:
             self._arm_rewards = self._rewards_of_arms()
         n_members, per_member = self.mode.n_members, self.mode.n_envs
-        log_probs = policy.all_log_probs().reshape(n_members, -1)  # [S, A] with gradient: the first epoch's
-        old_log_probs = log_probs.detach()
+        with th.no_grad():
+            old_log_probs = policy.all_log_probs().reshape(n_members, -1)  # [S, A]
         actions = multinomial_rows(old_log_probs, per_member, policy.member_generators)  # [S, B]
         rewards = self._arm_rewards.gather(1, actions).reshape(-1, 1)
         if not on_step(n_members * per_member):
             return None
-        return TableSamples(actions, rewards, rewards[:, 0].clone(), old_log_probs, first_log_probs=log_probs)
+        return TableSamples(actions, rewards, rewards[:, 0].clone(), old_log_probs)
 
 
 PIXEL_CHUNK_ROWS = 4096

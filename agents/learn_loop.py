@@ -205,14 +205,14 @@ class GroupAlgorithm(GroupBaseAlgorithm):
     def _accumulate_gradients(self, batch: Any, first_epoch: bool = True,
                               diagnostics: bool = True) -> tuple[dict[str, float], float]:
         """Backward of the loss over the batch's parts; returns (stats, loss), weighted by their shares.
-        The first epoch reads the log-probs that collection computed at theta_old where it did."""
+        The first epoch's forward, at theta_old, gives pi_old where collection left it unwritten
+        (:meth:`~tpo_agents.modes.CollectionMode.keep_old_log_probs`)."""
         stats: dict[str, float] = {}
         total_loss = 0.0
         for part, weight in self.mode.parts(batch):
+            log_probs = self.mode.log_probs(self.policy, part)
             if first_epoch:
-                log_probs = self.mode.first_epoch_log_probs(self.policy, part)
-            else:
-                log_probs = self.mode.log_probs(self.policy, part)
+                self.mode.keep_old_log_probs(part, log_probs)
             loss, part_stats = self.loss(self.mode.view(self._view, part, log_probs), diagnostics)
             if self.kl_coef:
                 kl_ref = self.mode.reference_kl(self.policy, part, log_probs)

@@ -23,7 +23,7 @@ import torch as th
 from gymnasium.vector import VectorEnv
 
 from tpo_agents.batches import Episodes, ExactBatch, TokenGroups
-from tpo_agents.decoding import StepLogProbs
+from tpo_agents.decoding import StepLogProbs, distinct_sequences, rescored_by_sequence
 from tpo_agents.layout import is_action_major
 from tpo_agents.policies.base import multinomial_rows
 from tpo_agents.policies.protocols import ActionPolicy
@@ -72,13 +72,14 @@ def _run_episodes(
     """Step every sub-env to the end of its episode; at each state draw ``n_candidates`` actions,
     let the env score them when there is more than one, and take candidate 0.
 
-    Returns the stacked ``obs, candidates, scores, old_log_probs, token_rewards, returns`` (time on
-    axis 1), or None when ``on_step`` stops collection. All sub-envs of a ``tpo_gym`` env have the
+    Returns the stacked ``obs, candidates, scores, token_rewards, returns`` (time on axis 1), or None
+    when ``on_step`` stops collection. The sampling log-probs are not kept: pi_old is the update's first
+    forward (:mod:`tpo_agents.batches`). All sub-envs of a ``tpo_gym`` env have the
     same episode length, so every episode ends at the same step.
     """
     device, n = policy.device, env.num_envs
     step_log_probs = StepLogProbs(policy, _prompts(env))
-    steps: dict[str, list] = {"obs": [], "candidates": [], "scores": [], "old_log_probs": [], "rewards": []}
+    steps: dict[str, list] = {"obs": [], "candidates": [], "scores": [], "rewards": []}
     taken, token_rewards, finished = None, None, False
     while not finished:
         obs_t = _as_tensor(obs, device)
@@ -88,8 +89,8 @@ def _run_episodes(
         if n_candidates > 1:
             steps["scores"].append(_as_tensor(env.score_candidates(candidates.cpu().numpy()), device).float())
         obs, rewards, terminated, truncated, infos = env.step(taken.cpu().numpy())
-        for key, value in (("obs", obs_t), ("candidates", candidates), ("old_log_probs", log_probs)):
-            steps[key].append(value)
+        steps["obs"].append(obs_t)
+        steps["candidates"].append(candidates)
         steps["rewards"].append(np.asarray(rewards, dtype=np.float32))
         if on_step is not None and not on_step(n):
             return None
@@ -106,6 +107,14 @@ def _run_episodes(
     ).float()
     batch["returns"] = _as_tensor(step_rewards.sum(axis=1), device).float()
     return batch
+
+
+def _distinct(policy: ActionPolicy, prompts: th.Tensor | None,
+              actions: th.Tensor) -> tuple[th.Tensor, th.Tensor] | None:
+    """The batch's distinct sequences where the policy re-scores by them (once per batch), else None."""
+    if not rescored_by_sequence(policy, prompts):
+        return None
+    return distinct_sequences(prompts, actions, int(getattr(policy, "n_members", 1)))
 
 
 def stack_steps(values: list[th.Tensor]) -> th.Tensor:
@@ -130,16 +139,19 @@ def collect_episodes(
     steps = _run_episodes(env, obs, policy, 1, on_step)
     if steps is None:
         return None
+    actions = steps["candidates"][..., 0]
+    prompts_t = None if prompts is None else _as_tensor(prompts, policy.device)
     return Episodes(
         obs=steps["obs"],
-        actions=steps["candidates"][..., 0],
-        old_log_probs=steps["old_log_probs"],
+        actions=actions,
+        old_log_probs=None,
         token_rewards=steps["token_rewards"],
         returns=steps["returns"],
         contexts=_as_tensor(contexts, policy.device),
         n_contexts=env.num_envs // group_size,
         group_size=group_size,
-        prompts=None if prompts is None else _as_tensor(prompts, policy.device),
+        prompts=prompts_t,
+        distinct=_distinct(policy, prompts_t, actions),
     )
 
 
@@ -153,15 +165,18 @@ def collect_token_groups(
     steps = _run_episodes(env, obs, policy, group_size, on_step)
     if steps is None:
         return None
+    actions = steps["candidates"][..., 0]
+    prompts_t = None if prompts is None else _as_tensor(prompts, policy.device)
     return TokenGroups(
         obs=steps["obs"],
-        actions=steps["candidates"][..., 0],
+        actions=actions,
         candidates=steps["candidates"],
         scores=steps["scores"],
-        old_log_probs=steps["old_log_probs"],
+        old_log_probs=None,
         token_rewards=steps["token_rewards"],
         returns=steps["returns"],
-        prompts=None if prompts is None else _as_tensor(prompts, policy.device),
+        prompts=prompts_t,
+        distinct=_distinct(policy, prompts_t, actions),
     )
 
 

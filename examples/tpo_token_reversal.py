@@ -47,6 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group-size", type=int, default=8, help="K, next-token candidates per prefix")
     p.add_argument("--n-epochs", type=int, default=4, help="optimizer steps per batch")
     p.add_argument("--eta", type=float, default=1.0, help="target temperature eta")
+    p.add_argument("--no-anchor", action="store_true", help="no-anchor ablation: q = softmax_K(u / eta)")
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--n-heads", type=int, default=2)
@@ -200,8 +201,29 @@ def collect(envs: gym.vector.VectorEnv, model: CausalTransformer, K: int) -> dic
             "scores": torch.stack(scores, dim=1), "rewards": torch.stack(rewards, dim=1)}
 
 
+def tpo_target(L_old: Tensor, s: Tensor, eta: float = 1.0, anchor: bool = True) -> Tensor:
+    """The TPO target of groups ``[..., K]`` (paper Sec. 2): u = the scores standardised within each group
+    (population std; u = 0 exactly for equal scores), q = softmax_K(L_old + u / eta); without the anchor
+    (the paper's ablation) q = softmax_K(u / eta)."""
+    centred = s - s.mean(-1, keepdim=True)
+    sigma = centred.pow(2).mean(-1, keepdim=True).sqrt()
+    signal = sigma > 1e-6
+    u = torch.where(signal, centred / torch.where(signal, sigma, torch.ones_like(sigma)), 0.0)
+    return torch.softmax((L_old if anchor else 0.0) + u / eta, dim=-1)
+
+
+def tpo_loss_and_gradient(L: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
+    """loss = -mean_groups sum_i q_i log softmax_K(L)_i and its gradient on the log-scores L,
+    (p - q) / n_groups with p = softmax_K(L): written out, so that a group with q = p (equal scores at
+    theta = theta_old) contributes exactly 0."""
+    L = L.detach()
+    n_groups = q.numel() // q.shape[-1]
+    loss = -(q * torch.log_softmax(L, dim=-1)).sum(-1).mean()
+    return loss, (torch.softmax(L, dim=-1) - q) / n_groups
+
+
 def update(model: CausalTransformer, optimizer: MuonAdam, batch: dict[str, Tensor], n_epochs: int = 4,
-           eta: float = 1.0) -> float:
+           eta: float = 1.0, anchor: bool = True) -> float:
     """One TPO update on a collected batch (paper Sec. 2): targets q frozen at theta_old, then ``n_epochs``
     optimizer steps with the gradient (p - q) / n_groups on the group log-scores L_theta. Returns the
     first epoch's loss -mean_groups sum_i q_i log p_i."""
@@ -212,27 +234,18 @@ def update(model: CausalTransformer, optimizer: MuonAdam, batch: dict[str, Tenso
     # pi_old: one teacher-forced forward of the batch at theta_old (also the first epoch's pi_theta)
     log_pi = model(tokens)[:, H - 1:]  # [B, H, V]: log pi(. | x, a_<t)
     L_old = log_pi.detach().gather(-1, candidates)  # L_old[b, t, i] = log pi_old(a_{t,i} | x_t)
-
-    # u: scores standardised within each group (population std); u = 0 exactly for equal scores
-    centred = s - s.mean(-1, keepdim=True)
-    sigma = centred.pow(2).mean(-1, keepdim=True).sqrt()
-    signal = sigma > 1e-6
-    u = torch.where(signal, centred / torch.where(signal, sigma, torch.ones_like(sigma)), 0.0)
-    q = torch.softmax(L_old + u / eta, dim=-1)  # target q = softmax_K(L_old + u / eta), frozen
-    n_groups = q.numel() // q.shape[-1]  # B * H
+    q = tpo_target(L_old, s, eta, anchor)  # frozen for the update
 
     first_loss = 0.0
     for epoch in range(n_epochs):
         if epoch > 0:
             log_pi = model(tokens)[:, H - 1:]
         L = log_pi.gather(-1, candidates)  # L_theta, the group log-scores
-        p = torch.softmax(L.detach(), dim=-1)  # p = softmax_K(L_theta), the same function as q
+        loss, gradient = tpo_loss_and_gradient(L, q)
         if epoch == 0:
-            first_loss = float(-(q * torch.log_softmax(L.detach(), dim=-1)).sum(-1).mean())
+            first_loss = float(loss)
         optimizer.zero_grad()
-        # loss = -mean_groups sum_i q_i log p_i, whose gradient on L is (p - q) / n_groups: written out,
-        # so that a group with q = p (equal scores at theta = theta_old) contributes exactly 0
-        L.backward((p - q) / n_groups)
+        L.backward(gradient)
         optimizer.step()
     return first_loss
 
@@ -251,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     for iteration in range(1, args.updates + 1):
         batch = collect(envs, model, args.group_size)
         task_error = 1.0 - float(batch["rewards"].mean())  # of the behaviour trajectories, before the update
-        loss = update(model, optimizer, batch, args.n_epochs, args.eta)
+        loss = update(model, optimizer, batch, args.n_epochs, args.eta, not args.no_anchor)
         if iteration % args.log_every == 0 or iteration in (1, args.updates):
             print(f"update {iteration:5d}  episodes {iteration * args.batch_size:7d}  task_error "
                   f"{task_error:.4f}  loss {loss:.4f}  time {time.time() - start:.1f}s", flush=True)

@@ -223,6 +223,11 @@ class CollectionMode(ABC):
         return isinstance(env_class, type) and issubclass(env_class, cls.env_types)
 
     @classmethod
+    def collects_from_vector(cls, vector_env_class: type) -> bool:
+        """Whether ``vector_env_class`` (an unwrapped vector env's class) is one this mode collects from."""
+        return issubclass(vector_env_class, cls.vector_env_types)
+
+    @classmethod
     def can_collect(cls, traits: EnvTraits) -> bool:
         """Whether this mode can train on an env with ``traits`` (of a class it collects from)."""
         return True
@@ -269,15 +274,17 @@ class CollectionMode(ABC):
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Any:
         """One batch, or None when ``on_step`` asks to stop."""
 
-    @abstractmethod
     def log_probs(self, policy: ActionPolicy, batch: Any) -> th.Tensor:
-        """log pi_theta(.|x) at every state of the batch, with gradients (``[N, T, A]`` or ``[N, A]``)."""
+        """log pi_theta at every state of the batch, with gradients (``[N, T, A]`` or ``[N, A]``): the batch's
+        own (``batch.log_probs(policy)``)."""
+        return batch.log_probs(policy)
 
-    def first_epoch_log_probs(self, policy: ActionPolicy, batch: Any) -> th.Tensor:
-        """log pi_theta for an update's first epoch: those that collection computed with gradient at
-        theta_old where it did (``first_log_probs``, pi_old's own forward), else :meth:`log_probs`."""
-        first = getattr(batch, "first_log_probs", None)
-        return self.log_probs(policy, batch) if first is None else first
+    def keep_old_log_probs(self, batch: Any, log_probs: th.Tensor) -> None:
+        """Write pi_old into a batch whose collection left it None (:mod:`tpo_agents.batches`):
+        ``log_probs``, the update's first forward at theta_old, detached. Called once per batch (part),
+        by the first epoch; a batch that holds pi_old keeps it."""
+        if batch.old_log_probs is None:
+            batch.old_log_probs = log_probs.detach()
 
     def view(self, kind: str, batch: Any, log_probs: th.Tensor) -> View:
         """The ``kind`` view (one of :attr:`views`) of ``batch`` at the current ``log_probs``."""

@@ -1,4 +1,4 @@
-"""The modes that step whole episodes (token, sequence, single): shared re-scoring and logging."""
+"""The modes that step whole episodes (token, sequence, single): shared interactions and logging."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import torch as th
 from gymnasium.vector import VectorEnv
 
 from tpo_agents.batches import Episodes, TokenGroups
-from tpo_agents.decoding import episode_log_probs
 from tpo_agents.modes.base import CollectionMode
-from tpo_agents.policies.protocols import ActionPolicy
 
 
 class EpisodeMode(CollectionMode):
@@ -19,25 +17,6 @@ class EpisodeMode(CollectionMode):
 
     def steps_per_collect(self, env: VectorEnv) -> int:
         return self.n_envs * int(env.unwrapped.task.horizon)
-
-    def log_probs(self, policy: ActionPolicy, batch: Episodes | TokenGroups) -> th.Tensor:
-        return episode_log_probs(policy, batch)
-
-    @staticmethod
-    def rescore_old_policy(policy: ActionPolicy, batch: Episodes | TokenGroups | None) -> Any:
-        """Write pi_old into a collected batch as the losses compute log pi_theta: one forward of the
-        update's own function at theta_old (the transformer's teacher-forced re-scoring), kept with its
-        gradient as the first epoch's log-probs. Sampling decoded with a KV cache, whose log-probs differ
-        from the re-scoring by rounding (~1e-7); with pi_old read from the same forward the first epoch
-        has L_theta = L_old exactly, so a group without signal has an exactly zero gradient (GRPO's
-        ratio is 1, its k3 KL and the TPO gap p - q vanish), as in the paper and the reference code,
-        whose sampling and update share one compiled program."""
-        if batch is None:
-            return None
-        log_probs = episode_log_probs(policy, batch)
-        batch.old_log_probs = log_probs.detach()
-        batch.first_log_probs = log_probs
-        return batch
 
     def rollout_metrics(self, batch: Episodes | TokenGroups) -> dict[str, th.Tensor]:
         """Task error = 1 - mean per-token reward of the behaviour episodes (paper Sec. 3.4), and

@@ -57,9 +57,6 @@ class ExactMode(CollectionMode):
         batch = collect_exact(env, policy, exhaustive=exhaustive, n_members=self.n_members)
         return batch if on_step(env.num_envs) else None
 
-    def log_probs(self, policy: ActionPolicy, batch: ExactBatch) -> th.Tensor:
-        return policy.action_log_probs(batch.obs)
-
     def exact_view(self, batch: ExactBatch, log_probs: th.Tensor) -> ExactView:
         return ExactView(log_probs, batch.old_log_probs, batch.rewards)
 

@@ -36,7 +36,7 @@ class SequenceMode(EpisodeMode):
         return self.batch_size * self.group_size
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Episodes | None:
-        return self.rescore_old_policy(policy, collect_episodes(env, policy, self.group_size, on_step))
+        return collect_episodes(env, policy, self.group_size, on_step)
 
     @staticmethod
     def group_scores(batch: Episodes) -> th.Tensor:

@@ -64,37 +64,23 @@ class SingleMode(EpisodeMode):
         return isinstance(self.observation_space, spaces.Discrete)
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Episodes | None:
-        return self.rescore_old_policy(policy, collect_episodes(env, policy, 1, on_step))
-
-    def log_probs(self, policy: ActionPolicy, batch: Episodes | TableSamples) -> th.Tensor:
-        if not isinstance(batch, TableSamples):
-            return super().log_probs(policy, batch)
-        return policy.all_log_probs().reshape(len(batch.actions), -1)
+        return collect_episodes(env, policy, 1, on_step)
 
     def _advantages(self, batch: Episodes | TableSamples, rewards: th.Tensor) -> th.Tensor:
         if self.baseline == "batch_mean":  # a statistic of each member's batch
             return self.per_member(lambda r: losses.baseline_advantages(r, self.baseline), rewards)
         if self.baseline != "expected":  # a constant: each row alone, every member at once
             return losses.baseline_advantages(rewards, self.baseline)
-        old = batch.old_log_probs  # the expected baseline of each row's own first step
-        first_step = batch.expanded(old)[:, 0] if isinstance(batch, TableSamples) else old[:, 0]
+        first_step = batch.per_sample(batch.old_log_probs)[:, 0]  # the expected baseline of each row's own
         return losses.baseline_advantages(rewards, self.baseline, first_step)
 
     def sample_view(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> SampleView:
-        if isinstance(batch, TableSamples):  # member rows [S, A], actions [S, B]
-            logp = log_probs.gather(1, batch.actions).reshape(-1, 1)
-            old_logp = batch.old_log_probs.gather(1, batch.actions).reshape(-1, 1)
-            actions = batch.actions.reshape(-1, 1)
-        else:
-            logp = log_probs.gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
-            old_logp = batch.old_log_probs.gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)
-            actions = batch.actions
         return SampleView(
-            logp=logp,
-            old_logp=old_logp,
+            logp=batch.taken(log_probs),
+            old_logp=batch.taken(batch.old_log_probs),
             rewards=batch.token_rewards,
             advantages=self._advantages(batch, batch.token_rewards),
-            actions=actions,
+            actions=batch.taken_actions(),
             sequence_advantages=self._advantages(batch, batch.token_rewards.sum(-1)),
             n_actions=log_probs.shape[-1],
         )
@@ -118,11 +104,8 @@ class SingleMode(EpisodeMode):
     def group_view(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> GroupView:
         n_actions = log_probs.shape[-1]
         advantages = self._advantages(batch, batch.token_rewards.sum(-1))
-        if isinstance(batch, TableSamples):  # one group per member: its row, its samples' mean scores
-            n_members, per_member = batch.actions.shape
-            total = advantages.new_zeros(n_members, n_actions).scatter_add_(
-                1, batch.actions, advantages.detach().reshape(n_members, per_member))
-            return GroupView(log_probs, batch.old_log_probs, total / per_member)
+        if batch.one_row_per_member:  # one group per member: its row, its samples' mean scores
+            return GroupView(log_probs, batch.old_log_probs, batch.member_mean_scores(advantages, n_actions))
         scores = losses.onehot_scores(batch.actions[:, 0], advantages, n_actions)
         logscores, old_logscores = log_probs[:, 0], batch.old_log_probs[:, 0]
         if self.tabular:
@@ -138,6 +121,5 @@ class SingleMode(EpisodeMode):
         return bool(self._advantages(batch, batch.token_rewards).ne(0).any())
 
     def approx_kl(self, batch: Episodes | TableSamples, log_probs: th.Tensor) -> th.Tensor:
-        if isinstance(batch, TableSamples):  # over every sample's state, as the generic batch holds them
-            return losses.policy_kl(batch.expanded(batch.old_log_probs), batch.expanded(log_probs))
-        return super().approx_kl(batch, log_probs)
+        """KL(pi_old || pi_theta) averaged over every sample's states (a table's member rows repeated)."""
+        return losses.policy_kl(batch.per_sample(batch.old_log_probs), batch.per_sample(log_probs))

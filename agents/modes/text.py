@@ -15,7 +15,6 @@ from stable_baselines3.common.logger import Logger
 
 from tpo_agents import losses
 from tpo_agents.modes.base import CollectionMode, CompletionTokens, GroupView, SampleView, StepHook
-from tpo_agents.policies.protocols import TextPolicy
 from tpo_gym.envs.text import TextEnv, TextVectorEnv
 
 #: Characters of a prompt or completion shown in the TensorBoard sample table.
@@ -30,13 +29,14 @@ class TextBatch:
     completions: Any  # the policy's Completions: ids, masks, texts
     scores: th.Tensor  # [B, K] the env's scores
     advantages: th.Tensor  # [B*K] score - baseline over the whole batch (sample view)
-    old_token_log_probs: th.Tensor  # [B*K, T] log pi_old, the policy's forward at collection
+    old_token_log_probs: th.Tensor | None  # [B*K, T] log pi_old: the update's first forward (None before)
     answers: np.ndarray  # [B*K] extracted answers (None without an <answer> tag)
     format_ok: np.ndarray  # [B*K]
     logscore: str  # "sum" | "mean"
     group_size: int
     rows_per_part: int
     reference: dict[int, th.Tensor] = field(default_factory=dict)  # first row of a part -> [R, T]
+    old_complete: bool = False  # every part's pi_old written
 
     @property
     def mask(self) -> th.Tensor:
@@ -66,6 +66,10 @@ class TextPart:
         one token mean over the batch whatever the micro-batch size."""
         return self.batch.mask.sum().clamp(min=1) * (len(self.rows) / self.batch.scores.numel())
 
+    def log_probs(self, policy: Any) -> th.Tensor:
+        """Token log-probs ``[R, T]`` of the part's completions, with gradient."""
+        return policy.token_log_probs(self.batch.completions, self.rows)
+
 
 class TextMode(CollectionMode):
     """B prompts x K completions (paper Sec. 3.8): the K completions of a prompt are one group.
@@ -81,12 +85,12 @@ class TextMode(CollectionMode):
     The loss runs over parts of whole groups of at most the policy's ``micro_batch_size`` rows, with
     gradient accumulation. ``sample_every``: a TensorBoard table of samples every that many updates.
 
-    **Rollout log-probs.** Collection writes log pi_old of the completions into the batch: one
-    teacher-forced forward without gradient at the weights that generated them, part by part, in
-    training mode as the update's forward (so the first epoch's log pi_theta equals it bit for bit on a
-    model without dropout, and a group without signal has an exactly zero gradient). With the vLLM
-    backend too: pi_old is this trainer-side forward of the engine's completions; the engine's sampling
-    log-probs are neither requested nor read.
+    **Rollout log-probs.** log pi_old of the completions is the update's first forward at the weights that
+    generated them, detached (:meth:`keep_old_log_probs`, part by part): the first epoch's log pi_theta
+    equals it exactly, so a group without signal has an exactly zero gradient, and no second
+    teacher-forced pass is needed (as TRL does with one epoch). With the vLLM backend too: pi_old is this
+    trainer-side forward of the engine's completions; the engine's sampling log-probs are neither
+    requested nor read.
     """
 
     name = "text"
@@ -119,7 +123,7 @@ class TextMode(CollectionMode):
         return self.n_envs
 
     def collect(self, env: VectorEnv, policy: Any, on_step: StepHook) -> TextBatch | None:
-        if not isinstance(policy, TextPolicy):
+        if getattr(policy, "generate", None) is None:  # not a TextPolicy
             name = type(policy).__name__
             raise TypeError(f"text mode needs a language-model policy (LLMPolicy), got {name}")
         k = self.group_size
@@ -131,30 +135,30 @@ class TextMode(CollectionMode):
         if not on_step(env.num_envs):
             return None
         scores = th.as_tensor(np.asarray(final["score"], dtype=np.float32))
-        batch = TextBatch(
+        return TextBatch(
             prompts=prompts,
             completions=completions,
             scores=scores.reshape(-1, k),
             advantages=losses.baseline_advantages(scores, self.baseline),
-            old_token_log_probs=th.empty(0),
+            old_token_log_probs=None,
             answers=np.asarray(final["answer"], dtype=object),
             format_ok=np.asarray(final["format_ok"], dtype=bool),
             logscore=policy.logscore,
             group_size=k,
             rows_per_part=max(k, policy.micro_batch_size // k * k),
         )
-        batch.old_token_log_probs = self.old_token_log_probs(policy, batch)
-        return batch
 
-    def old_token_log_probs(self, policy: Any, batch: TextBatch) -> th.Tensor:
-        """log pi_old ``[B*K, T]`` of the batch's completions: the policy's teacher-forced forward in
-        training mode, as the update computes log pi_theta, part by part without gradient."""
-        training = policy.training
-        policy.set_training_mode(True)
-        with th.no_grad():
-            parts = [policy.token_log_probs(batch.completions, part.rows) for part, _ in self.parts(batch)]
-        policy.set_training_mode(training)
-        return th.cat(parts)
+    def keep_old_log_probs(self, part: TextPart, token_log_probs: th.Tensor) -> None:
+        """Write the part's rows of pi_old ``[B*K, T]`` from the update's first forward, detached, until
+        every part's are written (a batch trained on again keeps them)."""
+        batch = part.batch
+        if batch.old_complete:
+            return
+        if batch.old_token_log_probs is None:
+            rows = (batch.scores.numel(), token_log_probs.shape[1])
+            batch.old_token_log_probs = token_log_probs.new_empty(rows)
+        batch.old_token_log_probs[part.rows] = token_log_probs.detach()
+        batch.old_complete = int(part.rows[-1]) == batch.scores.numel() - 1
 
     def has_signal(self, batch: TextBatch, view: str) -> bool:
         if view == "group":
@@ -166,10 +170,6 @@ class TextMode(CollectionMode):
         for start in range(0, n, batch.rows_per_part):
             rows = th.arange(start, min(start + batch.rows_per_part, n))
             yield TextPart(batch, rows), len(rows) / n
-
-    def log_probs(self, policy: Any, part: TextPart) -> th.Tensor:
-        """Token log-probs ``[R, T]`` of the part's completions, with gradient."""
-        return policy.token_log_probs(part.batch.completions, part.rows)
 
     def group_view(self, part: TextPart, token_log_probs: th.Tensor) -> GroupView:
         batch, k, mask = part.batch, part.batch.group_size, part.mask

@@ -42,7 +42,7 @@ class TokenMode(EpisodeMode):
         return self.batch_size
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> TokenGroups | None:
-        return self.rescore_old_policy(policy, collect_token_groups(env, policy, self.group_size, on_step))
+        return collect_token_groups(env, policy, self.group_size, on_step)
 
     def has_signal(self, batch: TokenGroups, view: str) -> bool:
         return not bool(losses.zero_variance_groups(batch.scores).all())

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -223,6 +223,10 @@ class LLMPolicy(BasePolicy):
         nor with the stop string (TRL's option): they take no part in any loss, and a group's softmax is
         over its other completions
     """
+
+    #: ``model.save(path)`` writes the weights as a ``save_pretrained`` folder beside a small zip
+    #: (:func:`tpo_agents.policies.llm_checkpoint.save_llm`).
+    saves_as_pretrained: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ step g / (|g| + 1e-8) turns that into ~1% of a step of lr = 1e-3, ~1e-5.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -59,7 +60,7 @@ def library_model() -> tpo_agents.TPO:
 
 
 def collect(model: tpo_agents.TPO, callback: CallbackList):
-    """One batch collected by the library (pi_old written at theta_old by the token mode)."""
+    """One batch collected by the library (pi_old is written by the update's first forward)."""
     batch = model.collect(callback)
     assert batch is not None
     return batch
@@ -100,16 +101,50 @@ def test_the_example_s_update_equals_the_library_s_on_the_same_batch(dtype):
     for update in range(3):
         batch = collect(model, callback)
         assert bool((batch.scores.std(-1) > 0).any()), "a batch without signal would test nothing"
-        assert batch.old_log_probs.dtype == dtype
         fields = {"prompts": batch.prompts, "actions": batch.actions, "candidates": batch.candidates,
                   "scores": batch.scores}
         before = [p.detach().clone() for p in policy.parameters()]
         example.update(ours, optimizer, fields, n_epochs=4, eta=1.0)
         model.train(batch)
+        assert batch.old_log_probs.dtype == dtype
         moved = max(moved, max(float((p.detach() - b).abs().max())
                                for p, b in zip(policy.parameters(), before, strict=True)))
         assert_equal_parameters(policy, ours, f"{dtype}, after update {update + 1}")
     assert moved > 1e-4  # the updates moved the parameters (Muon steps of ~lr)
+
+
+@pytest.mark.parametrize("mode", ["token", "sequence"])
+@pytest.mark.parametrize("anchor", [True, False])
+@pytest.mark.parametrize("eta", [0.5, 1.0, 2.0])
+def test_the_example_s_loss_and_gradient_on_the_log_scores_equal_the_library_s(mode, anchor, eta):
+    """The example's target, loss and gradient on the group log-scores (before any optimizer) equal the
+    library's TPO loss and its autograd gradient, on a collected token batch ([B, H, K] groups) and a
+    sequence batch ([B, K] groups of whole episodes), at log-scores moved away from L_old."""
+    example = load_example()
+    model = tpo_agents.TPO(
+        "TransformerPolicy", "TPO/TokenReversal-v0", group_mode=mode, batch_size=B, group_size=K, eta=eta,
+        anchor=anchor, seed=1, policy_kwargs=MODEL,
+        env_kwargs=dict(reward="bag_of_tokens", sequence_length=H, vocab_size=V),
+    )  # fmt: skip
+    model.policy.to(torch.float64)
+    model.set_logger(Logger(None, []))
+    _, callback = model._setup_learn(10**6, None)
+    batch = model.collect(callback)
+    log_probs = model.mode.log_probs(model.policy, batch)
+    model.mode.keep_old_log_probs(batch, log_probs)
+    view = model.mode.view("group", batch, log_probs)
+    assert view.logscores.shape == ((B, H, K) if mode == "token" else (B, K))
+    assert bool((view.scores.std(-1) > 0).any()), "a batch without signal would test nothing"
+    generator = torch.Generator().manual_seed(0)
+    logscores = (view.logscores.detach() + 0.3 * torch.randn(view.logscores.shape, generator=generator,
+                                                            dtype=torch.float64)).requires_grad_()
+    loss, _ = model.loss(dataclasses.replace(view, logscores=logscores), diagnostics=False)
+    loss.backward()
+    target = example.tpo_target(view.old_logscores, view.scores, eta, anchor)
+    example_loss, example_gradient = example.tpo_loss_and_gradient(logscores, target)
+    torch.testing.assert_close(loss.detach(), example_loss, atol=1e-12, rtol=0)
+    torch.testing.assert_close(logscores.grad, example_gradient, atol=1e-15, rtol=0)
+    assert float(example_gradient.abs().max()) > 1e-3  # a gradient that is not ~0
 
 
 @pytest.mark.slow

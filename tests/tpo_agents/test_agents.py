@@ -13,6 +13,8 @@ from stable_baselines3.common.logger import KVWriter, Logger, configure
 import tpo_gym  # noqa: F401
 from tpo_agents import DG, GRPO, PG, PPO, TPO, GroupPG, losses
 from tpo_agents.batches import ExactBatch
+from tpo_agents.decoding import StepLogProbs
+from tpo_agents.rollout import stack_steps
 
 th.set_num_threads(1)
 
@@ -270,10 +272,18 @@ def test_rollout_log_probs_equal_teacher_forced_rescoring(mode, vocab):
     env = gym.make("TPO/TokenCopy-v0", sequence_length=4, vocab_size=vocab)
     model = TPO("TransformerPolicy", env, batch_size=6, group_size=5, group_mode=mode, seed=1)
     model.set_logger(configure(None, []))
-    batch = model.collect(_NoCallback())
+    decoded, step = [], StepLogProbs.__call__
+
+    def recording(self, obs, taken):
+        decoded.append(step(self, obs, taken))
+        return decoded[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StepLogProbs, "__call__", recording)
+        batch = model.collect(_NoCallback())
     with th.no_grad():
         rescored = model.mode.log_probs(model.policy, batch)
-    assert th.allclose(rescored, batch.old_log_probs, atol=1e-5)
+    assert th.allclose(rescored, stack_steps(decoded), atol=1e-5)
 
 
 class _NoCallback:

@@ -198,6 +198,9 @@ def test_text_mode_gradient_is_one_token_mean_whatever_the_micro_batch_size(tiny
         batch = model.collect(callback)
         batch.scores = torch.tensor([[1.0, 0.0, 0.0, 2.0], [0.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0],
                                      [3.0, 0.0, 1.0, 0.0]])  # fmt: skip
+        with torch.no_grad():  # pi_old at theta_old, written before theta moves
+            for part, _ in model.mode.parts(batch):
+                model.mode.keep_old_log_probs(part, model.mode.log_probs(model.policy, part))
         with torch.no_grad():  # move theta away from theta_old: ratios leave the clip range
             gen = torch.Generator().manual_seed(0)
             for param in model.policy.parameters():

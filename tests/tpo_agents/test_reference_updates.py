@@ -101,7 +101,7 @@ def build(method: str):
 
 
 def reference_batch(name: str, mode: str) -> Episodes | TokenGroups:
-    """The reference's sampled batch as our collection modes hold it (pi_old is written after)."""
+    """The reference's sampled batch as our collection modes hold it (pi_old: the update's first forward)."""
 
     def field(key: str) -> torch.Tensor:
         return torch.from_numpy(FIXTURES[f"{name}/batch/{key}"].copy())
@@ -111,7 +111,7 @@ def reference_batch(name: str, mode: str) -> Episodes | TokenGroups:
         candidates, scores = field("candidates").long(), field("candidate_rewards").float()
         return TokenGroups(
             obs=field("states").long(), actions=candidates[..., 0], candidates=candidates, scores=scores,
-            old_log_probs=torch.zeros(B, H, V), token_rewards=scores[..., 0], returns=scores[..., 0].sum(-1),
+            old_log_probs=None, token_rewards=scores[..., 0], returns=scores[..., 0].sum(-1),
             prompts=prompts,
         )  # fmt: skip
     actions, rewards = field("actions").long(), field("rewards").float()
@@ -119,16 +119,15 @@ def reference_batch(name: str, mode: str) -> Episodes | TokenGroups:
     actions, rewards = actions.reshape(B * group, H), rewards.reshape(B * group, H)
     return Episodes(
         obs=torch.zeros(B * group, H, 2 * H, dtype=torch.long), actions=actions,
-        old_log_probs=torch.zeros(B * group, H, V), token_rewards=rewards, returns=rewards.sum(-1),
+        old_log_probs=None, token_rewards=rewards, returns=rewards.sum(-1),
         contexts=torch.arange(B).repeat_interleave(group), n_contexts=B, group_size=group,
         prompts=prompts.repeat_interleave(group, 0),
     )  # fmt: skip
 
 
 def update(model, name: str, mode: str) -> None:
-    """One whole update of ours on the reference's batch ``name``: pi_old written at theta_old, epochs."""
-    batch = model.mode.rescore_old_policy(model.policy, reference_batch(name, mode))
-    model.train(batch)
+    """One whole update of ours on the reference's batch ``name``: pi_old from the first forward, epochs."""
+    model.train(reference_batch(name, mode))
 
 
 def load(model, prefix: str) -> None:

@@ -64,25 +64,33 @@ def tiny_tpo(**kwargs) -> TPO:
                **kwargs)  # fmt: skip
 
 
-def test_collection_writes_pi_old_and_reading_log_probs_writes_nothing() -> None:
-    model = tiny_tpo()
+def test_pi_old_is_the_first_forward_written_once_and_reading_log_probs_writes_nothing() -> None:
+    model = tiny_tpo(n_epochs=2)
     _, callback = model._setup_learn(10**6, None)
     batch = model.collect(callback)
-    old, first = batch.old_log_probs.clone(), batch.first_log_probs
-    assert first is not None and th.equal(first.detach(), old)  # pi_old is the first epoch's own forward
+    assert batch.old_log_probs is None and batch.distinct is not None  # no graph kept from collection
+    with th.no_grad():
+        at_collection = model.mode.log_probs(model.policy, batch)
     for _ in range(2):
-        log_probs = model.mode.log_probs(model.policy, batch)
-        assert th.equal(log_probs.detach(), old)
-        assert batch.first_log_probs is first and th.equal(batch.old_log_probs, old)
-    assert model.mode.first_epoch_log_probs(model.policy, batch) is first
+        model.mode.log_probs(model.policy, batch)
+        assert batch.old_log_probs is None
+    model.train(batch)
+    assert th.equal(batch.old_log_probs, at_collection)  # the first epoch's forward at theta_old
+    assert not batch.old_log_probs.requires_grad
+    moved = model.mode.log_probs(model.policy, batch).detach()
+    assert not th.equal(moved, at_collection)
+    model.mode.keep_old_log_probs(batch, moved)  # written once: a later forward does not replace it
+    assert th.equal(batch.old_log_probs, at_collection)
 
 
-def test_the_view_is_typed_and_the_loss_is_chosen_by_its_type() -> None:
+def test_the_view_is_typed_and_the_loss_is_chosen_by_its_kind() -> None:
     model = tiny_tpo()
     _, callback = model._setup_learn(10**6, None)
     batch = model.collect(callback)
-    view = model.mode.view("group", batch, model.mode.log_probs(model.policy, batch))
-    assert isinstance(view, GroupView)
+    log_probs = model.mode.log_probs(model.policy, batch)
+    model.mode.keep_old_log_probs(batch, log_probs)
+    view = model.mode.view("group", batch, log_probs)
+    assert isinstance(view, GroupView) and view.kind == "group" and view.n_members == 1
     th.testing.assert_close(model.loss(view)[0], model.group_loss(view)[0], atol=0, rtol=0)
     with pytest.raises(ValueError, match="view 'exact': token mode offers group"):
         model.mode.view("exact", batch, view.logscores)

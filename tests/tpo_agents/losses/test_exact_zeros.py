@@ -129,13 +129,16 @@ def test_a_batch_without_signal_leaves_the_transformer_where_it_was(algo, mode, 
 
 
 def test_pi_old_is_the_update_s_own_forward_at_theta_old():
-    """The batch's pi_old is the teacher-forced re-scoring the loss computes, bit for bit (sampling
-    decodes with a KV cache, whose log-probs differ by rounding)."""
+    """The batch's pi_old is the teacher-forced re-scoring the loss computes at theta_old, bit for bit
+    (sampling decodes with a KV cache, whose log-probs differ by rounding): the first epoch's forward."""
     from tpo_agents.decoding import episode_log_probs
 
     model = token_task_model("grpo", "sequence", "terminal")
     batch = collect(model)
-    assert torch.equal(batch.old_log_probs, episode_log_probs(model.policy, batch).detach())
+    with torch.no_grad():
+        at_theta_old = episode_log_probs(model.policy, batch)
+    model.train(batch)
+    assert torch.equal(batch.old_log_probs, at_theta_old)
 
 
 # ------------------------------------------------------------------------- language-model paths
@@ -236,8 +239,8 @@ def test_one_warning_when_most_batches_have_no_signal():
     model = token_task_model("tpo", "sequence", "terminal")
     collect_batch = model.collect
 
-    def all_fail(callback):
-        batch = collect_batch(callback)
+    def all_fail(callback, collector=None, rollout_metrics=True):
+        batch = collect_batch(callback, collector, rollout_metrics)
         return without_signal(batch) if batch is not None else None
 
     model.collect = all_fail

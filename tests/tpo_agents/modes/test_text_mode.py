@@ -106,16 +106,19 @@ def test_a_batch_is_groups_of_completions_of_one_prompt(model_dir):
     batch = _collect(model)
     assert model.env.num_envs == 16 and batch.scores.shape == (4, 4) and len(batch.prompts) == 4
     assert all(text.startswith("<answer>") for text in batch.completions.texts)
-    assert batch.old_token_log_probs.shape == batch.completions.completion_mask.shape
+    assert batch.old_token_log_probs is None  # pi_old: the update's first forward
     part, weight = next(model.mode.parts(batch))
     assert len(part.rows) == 8 and weight == 0.5  # micro_batch_size 8: two groups of K = 4 per part
-    old = batch.old_token_log_probs.clone()  # pi_old, written at collection
+    first = model.mode.log_probs(model.policy, part)
+    model.mode.keep_old_log_probs(part, first)
+    assert batch.old_token_log_probs.shape == batch.completions.completion_mask.shape
+    old = batch.old_token_log_probs.clone()
     view = model.mode.group_view(part, model.mode.log_probs(model.policy, part))
     assert view.logscores.shape == (2, 4) and th.equal(view.logscores, view.old_logscores)
     assert th.equal(batch.old_token_log_probs, old)  # computing log pi_theta writes nothing
 
 
-def test_rollout_log_probs_are_a_forward_before_the_update(model_dir):
+def test_pi_old_is_the_first_epoch_s_forward_and_stays(model_dir):
     model = make(TPO, model_dir, learning_rate=3e-3, n_epochs=2)
     batch = _collect(model)
     batch.scores = th.zeros_like(batch.scores)
@@ -123,9 +126,8 @@ def test_rollout_log_probs_are_a_forward_before_the_update(model_dir):
     with th.no_grad():
         before = th.cat([model.policy.token_log_probs(batch.completions, part.rows)
                          for part, _ in model.mode.parts(batch)])  # fmt: skip
-    assert th.equal(batch.old_token_log_probs, before)  # the same forward at theta_old, bit for bit
     model.train(batch)
-    assert th.equal(batch.old_token_log_probs, before)
+    assert th.equal(batch.old_token_log_probs, before)  # the same forward at theta_old, bit for bit
     with th.no_grad():
         after = model.policy.token_log_probs(batch.completions, th.arange(len(before)))
     assert (after - before).abs().max() > 1e-4  # the two epochs moved the policy; pi_old stayed
@@ -138,8 +140,8 @@ def test_one_tpo_update_raises_the_best_completion_of_a_group(model_dir):
     batch.scores[0, 1] = 1.0  # one winner in group 0, every other group neutral
     part = next(model.mode.parts(batch))[0]
     with th.no_grad():
-        before = model.mode.group_view(part, model.policy.token_log_probs(batch.completions, part.rows))
-    before = before.logscores[0].softmax(-1)[1]
+        token_lp = model.policy.token_log_probs(batch.completions, part.rows)
+    before = losses.completion_logscores(token_lp, part.mask, 4, batch.logscore)[0].softmax(-1)[1]
     model.train(batch)
     with th.no_grad():
         now = model.mode.log_probs(model.policy, part)
@@ -294,6 +296,7 @@ def test_text_mode_drops_truncated_completions_with_mask_truncated_completions(t
     batch.scores = th.arange(16.0).reshape(4, 4) % 3
     part = next(model.mode.parts(batch))[0]
     lp = model.mode.log_probs(model.policy, part)
+    model.mode.keep_old_log_probs(part, lp)
     loss, stats = model.group_loss(model.mode.group_view(part, lp))
     assert stats["dropped_rows"] == int(truncated.sum())
     expected, _ = losses.completion_tpo_loss(lp, batch.old_token_log_probs, batch.mask.float(),

@@ -14,7 +14,6 @@ collection mode needs (``tpo_agents.modes``), once. The learn loop is
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -31,7 +30,8 @@ import tpo_agents.fast_collectors  # noqa: F401  (registers the fast collectors)
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
 from tpo_agents import checks
 from tpo_agents.collectors import ModeCollector, make_collector
-from tpo_agents.mode_choice import EnvLike, choose_mode, env_class, env_id_and_kwargs, make_probe
+from tpo_agents.hyperparameters import ScaledSchedule, own_hyperparameters, show_shared
+from tpo_agents.mode_choice import EnvLike, batched_env, choose_mode, env_id_and_kwargs, probe_env
 from tpo_agents.modes import (
     DEFAULT_GROUP_SIZE,
     MODES,
@@ -46,13 +46,7 @@ from tpo_agents.modes import (
 from tpo_agents.monitor import EpisodeMonitor
 from tpo_agents.policies import MlpPolicy, TabularPolicy, TransformerPolicy
 from tpo_agents.populations import make_population
-from tpo_agents.saving import (
-    check_saved_by,
-    mode_under_current_name,
-    model_zip_path,
-    objects_under_old_name,
-    saved_data,
-)
+from tpo_agents.saving import prepare_load
 from tpo_gym.sb3 import SB3VecEnv
 
 MATCHES = ("prompts", "interactions")
@@ -132,24 +126,9 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     mode: CollectionMode
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Show the shared hyperparameters on an algorithm whose ``__init__`` forwards ``**kwargs`` here
-        (``TPO(policy, env, eta=1.0, anchor=True, **kwargs)``): its signature lists them as keyword-only
-        arguments and its docstring gets their ``:param`` lines, so ``help(TPO)`` and API docs show them."""
+        """Show the shared hyperparameters on a subclass (:func:`~tpo_agents.hyperparameters.show_shared`)."""
         super().__init_subclass__(**kwargs)
-        init = vars(cls).get("__init__")
-        if init is None:
-            return
-        own = list(inspect.signature(init).parameters.values())
-        if not own or own[-1].kind is not inspect.Parameter.VAR_KEYWORD:
-            return
-        names = {p.name for p in own}
-        shared = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-                  for p in inspect.signature(GroupBaseAlgorithm.__init__).parameters.values()
-                  if p.name not in names and not p.name.startswith("_")]
-        init.__signature__ = inspect.signature(init).replace(parameters=own[:-1] + shared)
-        if cls.__doc__ and ":param" in (GroupBaseAlgorithm.__doc__ or ""):
-            params = GroupBaseAlgorithm.__doc__[GroupBaseAlgorithm.__doc__.index(":param"):].rstrip()
-            cls.__doc__ = f"{cls.__doc__.rstrip()}\n\n    Shared hyperparameters:\n\n    {params}\n"
+        show_shared(cls, GroupBaseAlgorithm)
 
     def __init__(
         self,
@@ -267,16 +246,8 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
     @classmethod
     def natural_mode(cls, env: EnvLike, env_kwargs: dict[str, Any] | None = None) -> str:
-        """The collection mode this algorithm uses on ``env`` when ``group_mode`` is not given.
-
-        The rule: among the modes of :attr:`mode_preference` that the algorithm supports and that
-        collect from the env's class, the first whose ``is_natural_for`` holds for the env's
-        :class:`~tpo_agents.modes.EnvTraits` (episode length, dense or terminal ``reward``, enumerable
-        contexts); else the first that ``can_collect`` from it. So TPO and GRPO take ``single`` on
-        the k-armed bandit and MNIST, ``exact`` on the multi-context bandit, ``token`` on the
-        dense-reward token tasks, ``sequence`` on terminal-reward ones and ``text`` on the text envs;
-        DG and PG ``single`` (``exact`` on the multi-context bandit), PPO ``single``, Group PG
-        as TPO but ``single`` on the multi-context bandit, CE ``exact``.
+        """The collection mode this algorithm uses on ``env`` when ``group_mode`` is not given (the rule:
+        :func:`~tpo_agents.mode_choice.choose_mode`).
 
         :param env: a registered id or an env made from one (its id and kwargs are read)
         :param env_kwargs: the env's keyword arguments (over those of ``env``), e.g. ``reward``
@@ -289,15 +260,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     def own_hyperparameters(cls) -> frozenset[str]:
         """The constructor arguments this class adds to :class:`GroupBaseAlgorithm`'s (TPO: ``eta``,
         ``anchor``), up its classes; its zip holds them, as SB3 saves every attribute."""
-        base = set(inspect.signature(GroupBaseAlgorithm.__init__).parameters)
-        names: set[str] = set()
-        for klass in cls.__mro__:
-            if klass is GroupBaseAlgorithm:
-                break
-            if "__init__" in vars(klass):
-                params = inspect.signature(vars(klass)["__init__"]).parameters.values()
-                names |= {p.name for p in params if p.kind is not p.VAR_KEYWORD}
-        return frozenset(names - base)
+        return own_hyperparameters(cls, GroupBaseAlgorithm)
 
     @classmethod
     def identifying_hyperparameters(cls) -> frozenset[str]:
@@ -314,30 +277,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     def _validate(self) -> None:
         """Check every hyperparameter's type and range (a :class:`~tpo_agents.checks.HyperparameterError`,
         a ``ValueError`` naming the value and what is allowed); a subclass adds its own after these."""
-        name = type(self).__name__
-        checks.check_choice("group_mode", self.group_mode, self.supported_modes(), f" for {name}")
-        checks.check_choice("match", self.match, MATCHES)
-        checks.check_schedulable("learning_rate", self.learning_rate)
-        checks.check_integer("batch_size", self.batch_size)
-        checks.check_integer("n_epochs", self.n_epochs)
-        mode = MODES[self.group_mode]
-        low = mode.min_group_size(self.loss_view())
-        checks.check_integer("group_size", self.group_size, low, f" in {mode.name} mode" if low > 1 else "")
-        if not (self.baseline in ("batch_mean", "expected") or checks.is_number(self.baseline)):
-            allowed = "'batch_mean', 'expected' or a number"
-            raise checks.HyperparameterError("baseline", self.baseline, allowed)
-        checks.check_nonnegative("kl_coef", self.kl_coef)
-        checks.check_integer("n_seeds", self.n_seeds)
-        checks.check_bool("skip_batches_without_signal", self.skip_batches_without_signal)
-        if self.skip_batches_without_signal and (self.kl_coef or self.n_seeds > 1):
-            raise checks.HyperparameterError(
-                "skip_batches_without_signal", True, "False with kl_coef > 0 or n_seeds > 1 (a population "
-                "updates its members together; the reference KL has a gradient on any batch)")
-        if self.max_grad_norm is not None:
-            checks.check_positive("max_grad_norm", self.max_grad_norm)
-            if self.n_seeds > 1:
-                raise checks.HyperparameterError("max_grad_norm", self.max_grad_norm,
-                                                 "None with n_seeds > 1 (one norm would mix the members)")
+        checks.check_shared_hyperparameters(self, self.supported_modes(), MODES, MATCHES)
 
     def _setup_model(self) -> None:
         if self._env_source is not None:
@@ -357,7 +297,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             raise ValueError(f"kl_coef={self.kl_coef!r} needs a mode with a reference model (text), "
                              f"not group_mode={self.group_mode!r}")
         self._view = self.loss_view()
-        self.lr_schedule = _ScaledSchedule(FloatSchedule(self.learning_rate), self.mode.lr_scale)
+        self.lr_schedule = ScaledSchedule(FloatSchedule(self.learning_rate), self.mode.lr_scale)
         for name in self.schedules:
             setattr(self, name, FloatSchedule(getattr(self, name)))
         if self._env_source is not None:
@@ -381,41 +321,14 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         return make_collector(self.vector_env, self.policy, self.mode, fast=fast and not self.kl_coef)
 
     def _probe_env(self, source: EnvLike) -> gym.Env:
-        """A single env of ``source`` (``source`` itself if it is one) to read the spaces from.
-
-        Checks first that the registered env is a natively batched ``tpo_gym`` env, so that another
-        env (CartPole, say) gets a clear error rather than a failure inside its constructor.
-        """
-        name, mode = type(self).__name__, MODES[self.group_mode]
-        klass = env_class(self.env_id)
-        if not mode.collects_from(klass):
-            fitting = [m for m in self.supported_modes() if MODES[m].collects_from(klass)]
-            hint = (
-                f"for {self.env_id!r} use group_mode={fitting[0]!r}"
-                if fitting
-                else "train other envs with an SB3 algorithm (e.g. sb3_ppo)"
-            )
-            raise ValueError(
-                f"{name} in {mode.name} mode collects groups from {mode.env_description}; "
-                f"{self.env_id!r} is not one: {hint}."
-            )
-        probe = self._probe if self._probe is not None else make_probe(self.env_id, self.env_kwargs, source)
+        """A single env of ``source`` to read the spaces from (:func:`~tpo_agents.mode_choice.probe_env`)."""
+        probe = probe_env(type(self), self.group_mode, self.env_id, self.env_kwargs, source, self._probe)
         self._probe = None
-        if not isinstance(probe.action_space, mode.action_space_types):
-            raise ValueError(f"{name} in {mode.name} mode needs a {mode.action_space_types[0].__name__} "
-                             f"action space, got {probe.action_space}")
         return probe
 
     def _build_env(self) -> None:
         """The natively batched env of the mode's size (``self.env``), with its monitor file."""
-        members = {"n_members": self.n_seeds} if self.n_seeds > 1 else {}
-        vector_env = gym.make_vec(
-            self.env_id, num_envs=self.mode.n_envs * self.n_seeds, vectorization_mode="vector_entry_point",
-            **members, **self.env_kwargs,
-        )
-        if not self.mode.collects_from_vector(type(vector_env.unwrapped)):
-            raise ValueError(f"{self.env_id!r} has no natively batched vector env")
-        self.env = SB3VecEnv(vector_env)
+        self.env = SB3VecEnv(batched_env(self.env_id, self.mode, self.n_seeds, self.env_kwargs))
         self.n_envs = self.env.num_envs
         self._monitor = EpisodeMonitor(self.monitor_dir, self.env_id) if self.monitor_dir else None
         self._env_source = None
@@ -462,17 +375,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         :func:`~tpo_agents.saving.mode_under_current_name`); ``group_mode=`` a former name passed here
         is taken with a ``FutureWarning``, as by the constructor.
         """
-        path = model_zip_path(path)
-        data = saved_data(path)
-        if data is not None:  # a zip that cannot be read is left to SB3's load, which says why
-            check_saved_by(cls, path, data)
-            custom_objects = {**objects_under_old_name(data), **mode_under_current_name(data),
-                              **(custom_objects or {})}
-        if custom_objects and "group_mode" in custom_objects:
-            mode = canonical_mode_name(custom_objects["group_mode"])
-            custom_objects = {**custom_objects, "group_mode": mode}
-        if "group_mode" in kwargs:
-            kwargs["group_mode"] = canonical_mode_name(kwargs["group_mode"], warn=True)
+        path, custom_objects, kwargs = prepare_load(cls, path, custom_objects, kwargs)
         model = super().load(
             path, env=None, device=device, custom_objects=custom_objects,
             print_system_info=print_system_info, force_reset=force_reset, **kwargs,
@@ -521,13 +424,11 @@ class GroupBaseAlgorithm(BaseAlgorithm):
         (``n_seeds > 1``) acts with one member: ``member`` if given, else :attr:`predict_member` (0
         unless :meth:`set_predict_member` chose another), with that member's own forward and, when
         sampling, its own generator; its actions equal ``model.policy.member_policy(m)``'s."""
-        if member is None:
-            return self.policy.predict(observation, state, episode_start, deterministic)
-        if not hasattr(self.policy, "set_predict_member"):  # not a policy of members (GroupPolicy)
-            if member != 0:
-                raise ValueError(f"member must be 0 for a model of one member, got {member!r}")
-            return self.policy.predict(observation, state, episode_start, deterministic)
-        return self.policy.predict(observation, state, episode_start, deterministic, member=member)
+        members = hasattr(self.policy, "set_predict_member")  # a policy of members (GroupPolicy)
+        if member not in (None, 0) and not members:
+            raise ValueError(f"member must be 0 for a model of one member, got {member!r}")
+        chosen = {"member": member} if member is not None and members else {}
+        return self.policy.predict(observation, state, episode_start, deterministic, **chosen)
 
     @property
     def vector_env(self) -> gym.vector.VectorEnv:
@@ -544,15 +445,4 @@ class GroupBaseAlgorithm(BaseAlgorithm):
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
-
-
-class _ScaledSchedule:
-    """A picklable learning-rate schedule ``scale * base(progress)``."""
-
-    def __init__(self, base: Any, scale: float) -> None:
-        self.base, self.scale = base, scale
-
-    def __call__(self, progress_remaining: float) -> float:
-        return self.scale * self.base(progress_remaining)
-
 

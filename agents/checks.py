@@ -97,3 +97,33 @@ def check_schedulable(name: str, value: Any) -> Any:
     if not is_number(value) or value <= 0:
         raise HyperparameterError(name, value, "a number > 0 or a schedule (zoo: lin_<value>)")
     return value
+
+
+def check_shared_hyperparameters(algorithm: Any, supported_modes: tuple[str, ...], modes: dict[str, Any],
+                                 matches: tuple[str, ...]) -> None:
+    """Check the hyperparameters every grouped algorithm shares (``GroupBaseAlgorithm``'s), in order:
+    ``group_mode`` among ``supported_modes`` first (the others' allowed values depend on its mode, one of
+    ``modes``), then ``match`` (one of ``matches``), the sizes, the baseline and the flags."""
+    name = type(algorithm).__name__
+    check_choice("group_mode", algorithm.group_mode, supported_modes, f" for {name}")
+    check_choice("match", algorithm.match, matches)
+    check_schedulable("learning_rate", algorithm.learning_rate)
+    check_integer("batch_size", algorithm.batch_size)
+    check_integer("n_epochs", algorithm.n_epochs)
+    mode = modes[algorithm.group_mode]
+    low = mode.min_group_size(algorithm.loss_view())
+    check_integer("group_size", algorithm.group_size, low, f" in {mode.name} mode" if low > 1 else "")
+    if not (algorithm.baseline in ("batch_mean", "expected") or is_number(algorithm.baseline)):
+        raise HyperparameterError("baseline", algorithm.baseline, "'batch_mean', 'expected' or a number")
+    check_nonnegative("kl_coef", algorithm.kl_coef)
+    check_integer("n_seeds", algorithm.n_seeds)
+    check_bool("skip_batches_without_signal", algorithm.skip_batches_without_signal)
+    if algorithm.skip_batches_without_signal and (algorithm.kl_coef or algorithm.n_seeds > 1):
+        raise HyperparameterError(
+            "skip_batches_without_signal", True, "False with kl_coef > 0 or n_seeds > 1 (a population "
+            "updates its members together; the reference KL has a gradient on any batch)")
+    if algorithm.max_grad_norm is not None:
+        check_positive("max_grad_norm", algorithm.max_grad_norm)
+        if algorithm.n_seeds > 1:
+            raise HyperparameterError("max_grad_norm", algorithm.max_grad_norm,
+                                      "None with n_seeds > 1 (one norm would mix the members)")

@@ -56,7 +56,15 @@ def choose_mode(
 ) -> tuple[str, gym.Env | None]:
     """The natural mode of ``algo_class`` (a grouped algorithm class) on ``env_id``
     (:meth:`~tpo_agents.base_class.GroupBaseAlgorithm.natural_mode`) and the probe env it read the traits
-    from (None if it read none)."""
+    from (None if it read none).
+
+    The rule: among the modes of ``mode_preference`` that the algorithm supports and that collect from the
+    env's class, the first whose ``is_natural_for`` holds for the env's :class:`~tpo_agents.modes.EnvTraits`
+    (episode length, dense or terminal ``reward``, enumerable contexts); else the first that
+    ``can_collect`` from it. So TPO and GRPO take ``single`` on the k-armed bandit and MNIST, ``exact`` on
+    the multi-context bandit, ``token`` on the dense-reward token tasks, ``sequence`` on terminal-reward
+    ones and ``text`` on the text envs; DG and PG ``single`` (``exact`` on the multi-context bandit), PPO
+    ``single``, Group PG as TPO but ``single`` on the multi-context bandit, CE ``exact``."""
     name, supported = algo_class.__name__, algo_class.supported_modes()
     klass = env_class(env_id)
     candidates = [m for m in algo_class.mode_preference if m in supported and MODES[m].collects_from(klass)]
@@ -72,3 +80,34 @@ def choose_mode(
     needs = "; ".join(f"{m} mode needs {MODES[m].needs}" for m in candidates)
     given = f" with {env_kwargs}" if env_kwargs else ""
     raise ValueError(f"{name} has no collection mode for {env_id!r}{given}: {needs}")
+
+
+def probe_env(algo_class: Any, mode_name: str, env_id: str, env_kwargs: dict[str, Any], source: EnvLike,
+              probe: gym.Env | None = None) -> gym.Env:
+    """A single env of ``source`` (``probe`` if one was made already) to read the spaces from, once the
+    registered env is known to be one the mode collects from (another env, CartPole say, gets a clear
+    error rather than a failure inside its constructor) and its action space one the mode takes."""
+    name, mode = algo_class.__name__, MODES[mode_name]
+    klass = env_class(env_id)
+    if not mode.collects_from(klass):
+        fitting = [m for m in algo_class.supported_modes() if MODES[m].collects_from(klass)]
+        hint = (f"for {env_id!r} use group_mode={fitting[0]!r}" if fitting
+                else "train other envs with an SB3 algorithm (e.g. sb3_ppo)")
+        raise ValueError(f"{name} in {mode.name} mode collects groups from {mode.env_description}; "
+                         f"{env_id!r} is not one: {hint}.")
+    probe = probe if probe is not None else make_probe(env_id, env_kwargs, source)
+    if not isinstance(probe.action_space, mode.action_space_types):
+        raise ValueError(f"{name} in {mode.name} mode needs a {mode.action_space_types[0].__name__} "
+                         f"action space, got {probe.action_space}")
+    return probe
+
+
+def batched_env(env_id: str, mode: Any, n_seeds: int, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
+    """The natively batched vector env of ``env_id`` with the sub-envs ``mode`` steps, for each of
+    ``n_seeds`` members."""
+    members = {"n_members": n_seeds} if n_seeds > 1 else {}
+    vector_env = gym.make_vec(env_id, num_envs=mode.n_envs * n_seeds, vectorization_mode="vector_entry_point",
+                              **members, **env_kwargs)
+    if not mode.collects_from_vector(type(vector_env.unwrapped)):
+        raise ValueError(f"{env_id!r} has no natively batched vector env")
+    return vector_env

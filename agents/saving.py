@@ -139,3 +139,23 @@ def check_saved_by(algo_class: Any, path: Any, data: dict[str, Any]) -> None:
         wanted = ", ".join(sorted(algo_class.identifying_hyperparameters())) or "none"
         raise ValueError(f"cannot load {path} as {name}: it was saved by {saver} (it holds {holds} of the "
                          f"grouped algorithms' own hyperparameters; a {name} zip holds {wanted})")
+
+
+def prepare_load(algo_class: type, path: Any, custom_objects: dict[str, Any] | None,
+                 kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any] | None, dict[str, Any]]:
+    """``load``'s path, ``custom_objects`` and keyword arguments for SB3's ``load``: the zip's path
+    (:func:`model_zip_path`), the zip checked to be ``algo_class``'s (:func:`check_saved_by`; a zip that
+    cannot be read is left to SB3, which says why), the objects of former names
+    (:func:`objects_under_old_name`, :func:`mode_under_current_name`), and a former mode name given
+    as ``group_mode`` taken as the current one (with a ``FutureWarning`` when passed as a keyword)."""
+    path = model_zip_path(path)
+    data = saved_data(path)
+    if data is not None:
+        check_saved_by(algo_class, path, data)
+        former = {**objects_under_old_name(data), **mode_under_current_name(data)}
+        custom_objects = {**former, **(custom_objects or {})}
+    if custom_objects and "group_mode" in custom_objects:
+        custom_objects = {**custom_objects, "group_mode": canonical_mode_name(custom_objects["group_mode"])}
+    if "group_mode" in kwargs:
+        kwargs = {**kwargs, "group_mode": canonical_mode_name(kwargs["group_mode"], warn=True)}
+    return path, custom_objects, kwargs

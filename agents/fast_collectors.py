@@ -25,7 +25,7 @@ one tensor.
 
 Each collector writes pi_old from a forward without gradient (it samples from it, or the exact mode's
 ``rollout/`` task error reads it); the update's first epoch forwards again with gradient
-(:mod:`tpo_agents.batches`: no graph is kept from collection into the update).
+(:mod:`tpo_agents.modes.base`: no graph is kept from collection into the update).
 
 The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's own loss from
 ``tpo_agents.losses`` on the mode's views); with a fast collector the learn loop computes the ``train/``
@@ -47,14 +47,15 @@ import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
-from tpo_agents.batches import Episodes, ExactBatch, TableSamples
 from tpo_agents.collectors import FastCollector, register_fast_collector
 from tpo_agents.modes import CollectionMode
 from tpo_agents.modes.base import StepHook
+from tpo_agents.modes.episodes import Episodes
+from tpo_agents.modes.exact import ExactBatch, collect_exact
+from tpo_agents.modes.single import TableSamples
 from tpo_agents.policies.base import multinomial_rows
 from tpo_agents.policies.mlp import MlpSoftmaxPolicy
 from tpo_agents.policies.tabular import TabularSoftmaxPolicy
-from tpo_agents.rollout import collect_exact
 from tpo_gym.envs.mnist import MNISTBanditVectorEnv
 
 
@@ -131,7 +132,7 @@ class ImageCollector(FastCollector):
 @register_fast_collector
 class TableExactCollector(FastCollector):
     """Exact-mode batches of a logit table: every context of every member, exact rewards scored by
-    the env once (the first batch, :func:`tpo_agents.rollout.collect_exact`), then
+    the env once (the first batch, :func:`tpo_agents.modes.exact.collect_exact`), then
     ``L_old[m, c] = log_softmax(z[m, c])`` from the table; the batch equals the generic path's."""
 
     @classmethod

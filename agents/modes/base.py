@@ -19,6 +19,22 @@ classes) and, from an env's :class:`EnvTraits`, whether it *can* collect from it
 *natural* way to (the paper's and the zoo's choice): an algorithm built without ``group_mode`` takes
 the first mode of its ``mode_preference`` that is natural for the env
 (:meth:`tpo_agents.learn_loop.GroupAlgorithm.natural_mode`).
+
+Each mode's batch lives beside it (``Episodes`` in :mod:`~tpo_agents.modes.episodes`, ``TokenGroups`` in
+:mod:`~tpo_agents.modes.token`, ``ExactBatch`` in :mod:`~tpo_agents.modes.exact`, ``TextBatch`` in
+:mod:`~tpo_agents.modes.text`), with the function that collects it. Every field is a tensor on the
+policy's device, rows context-major (the K candidates of a context adjacent) and, for a population,
+member-major; a batch computes its own log-probabilities (``batch.log_probs(policy)``).
+
+**pi_old** (``old_log_probs``) is written once. A collection that needs it (to sample from it, or for its
+``rollout/`` values: a logit table, the MLP on MNIST, exact mode) writes it, from a forward without
+gradient. Everywhere else (the episodes of the token tasks: their sampling decodes with a KV cache, whose
+log-probs differ from the update's teacher-forced forward by rounding; text completions) collection leaves
+it None, and the update writes it from its first epoch's forward, detached
+(:meth:`CollectionMode.keep_old_log_probs`): exact, with no second pass, and no autograd graph kept from
+collection into the update. The first epoch then has L_theta = L_old exactly, so a group without signal
+has an exactly zero gradient (GRPO's ratio is 1, its k3 KL and the TPO gap p - q vanish), as in the paper
+and its reference code.
 """
 
 from __future__ import annotations
@@ -280,7 +296,7 @@ class CollectionMode(ABC):
         return batch.log_probs(policy)
 
     def keep_old_log_probs(self, batch: Any, log_probs: th.Tensor) -> None:
-        """Write pi_old into a batch whose collection left it None (:mod:`tpo_agents.batches`):
+        """Write pi_old into a batch whose collection left it None (the module's docstring):
         ``log_probs``, the update's first forward at theta_old, detached. Called once per batch (part),
         by the first epoch; a batch that holds pi_old keeps it."""
         if batch.old_log_probs is None:

@@ -5,14 +5,52 @@ Its former name ``population`` still works (``tpo_agents.modes.OLD_MODE_NAMES``)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
-from tpo_agents.batches import ExactBatch
 from tpo_agents.modes.base import CollectionMode, EnvTraits, ExactView, GroupView, StepHook
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import collect_exact
+from tpo_agents.rollout import as_tensor
+
+
+@dataclass
+class ExactBatch:
+    """Every action of every context: ``rewards[n, a]`` and ``log pi_old(a | n)``."""
+
+    obs: th.Tensor  # [N, *obs_shape]
+    rewards: th.Tensor  # [N, A]
+    old_log_probs: th.Tensor  # [N, A], written at collection (the rollout/ task error reads it)
+
+    def log_probs(self, policy: Any) -> th.Tensor:
+        """log pi_theta over the action set of every context ``[N, A]``, with gradient."""
+        return policy.action_log_probs(self.obs)
+
+
+@th.no_grad()
+def collect_exact(
+    env: VectorEnv, policy: ActionPolicy, exhaustive: bool, n_members: int = 1
+) -> ExactBatch:
+    """Score every action at each sub-env's context exactly (no sampling of actions, no stepping).
+
+    ``exhaustive``: each member's contexts are ``0..num_envs/n_members - 1`` (a tabular env);
+    otherwise fresh contexts are drawn (e.g. MNIST images for the supervised oracle).
+    """
+    device = policy.device
+    options = {"contexts": np.tile(np.arange(env.num_envs // n_members), n_members)} if exhaustive else None
+    obs, _ = env.reset(options=options)
+    n_actions = int(env.single_action_space.n)
+    all_actions = np.ascontiguousarray(np.broadcast_to(np.arange(n_actions), (env.num_envs, n_actions)))
+    obs_t = as_tensor(obs, device)
+    old_log_probs = policy.action_log_probs(obs_t)
+    # the rewards in the log-probs' memory layout (an action-major table's), so that the losses'
+    # elementwise ops and reductions over the actions run in one layout
+    rewards = th.empty_like(old_log_probs).copy_(as_tensor(env.score_candidates(all_actions), device))
+    return ExactBatch(obs=obs_t, rewards=rewards, old_log_probs=old_log_probs)
 
 
 class ExactMode(CollectionMode):

@@ -6,11 +6,9 @@ import torch as th
 from gymnasium.vector import VectorEnv
 
 from tpo_agents import losses
-from tpo_agents.batches import Episodes
 from tpo_agents.modes.base import EnvTraits, GroupView, StepHook
-from tpo_agents.modes.episodes import EpisodeMode
+from tpo_agents.modes.episodes import EpisodeMode, Episodes, collect_episodes
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import collect_episodes
 
 
 class SequenceMode(EpisodeMode):

@@ -4,17 +4,61 @@ the single-sample methods on the token tasks)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from tpo_agents import losses
-from tpo_agents.batches import Episodes, TableSamples
 from tpo_agents.modes.base import EnvTraits, GroupView, SampleView, StepHook
-from tpo_agents.modes.episodes import EpisodeMode
+from tpo_agents.modes.episodes import EpisodeMode, Episodes, collect_episodes
 from tpo_agents.policies.protocols import ActionPolicy
-from tpo_agents.rollout import collect_episodes
+
+
+@dataclass
+class TableSamples:
+    """B sampled actions per member from a one-context logit table (the k-armed bandit in single mode,
+    ``tpo_agents.fast_collectors.TableSingleCollector``): the batch of ``Episodes`` with T = 1 without its
+    ``[S*B, A]`` copies of the one row per member, which the single mode's views gather from instead.
+
+    ``token_rewards`` and ``returns`` are as in ``Episodes`` (member-major rows, so the episode modes'
+    ``rollout/`` metrics and monitor rows read them alike).
+    """
+
+    actions: th.Tensor  # [S, B] each member's sampled arms
+    token_rewards: th.Tensor  # [S*B, 1]
+    returns: th.Tensor  # [S*B]
+    old_log_probs: th.Tensor  # [S, A] log pi_old of each member's one context, written at collection
+    prompts: None = None
+
+    def log_probs(self, policy: Any) -> th.Tensor:
+        """log pi_theta of each member's one context ``[S, A]`` (its table row), with gradient."""
+        return policy.all_log_probs().reshape(len(self.actions), -1)
+
+    def per_sample(self, log_probs: th.Tensor) -> th.Tensor:
+        """Member rows ``[S, A]`` repeated for each sample as ``Episodes`` holds them: ``[S*B, 1, A]``."""
+        n_members, per_member = self.actions.shape
+        return log_probs.unsqueeze(1).expand(n_members, per_member, -1).reshape(-1, 1, log_probs.shape[-1])
+
+    def taken(self, log_probs: th.Tensor) -> th.Tensor:
+        """log pi of each sample's arm ``[S*B, 1]`` from member rows ``[S, A]``."""
+        return log_probs.gather(1, self.actions).reshape(-1, 1)
+
+    def taken_actions(self) -> th.Tensor:
+        """The sampled arms as ``Episodes.actions`` holds them: ``[S*B, 1]``."""
+        return self.actions.reshape(-1, 1)
+
+    one_row_per_member: ClassVar[bool] = True
+
+    def member_mean_scores(self, advantages: th.Tensor, n_actions: int) -> th.Tensor:
+        """The group scores of each member's one context ``[S, A]``: S[a] = (1/B) sum_b A_b [a_b = a], the
+        context mean of the samples' one-hot scores."""
+        n_members, per_member = self.actions.shape
+        total = advantages.new_zeros(n_members, n_actions).scatter_add_(
+            1, self.actions, advantages.detach().reshape(n_members, per_member))
+        return total / per_member
 
 
 class SingleMode(EpisodeMode):
@@ -27,7 +71,7 @@ class SingleMode(EpisodeMode):
     context form one group whose scores are their mean (paper Sec. 3.1); elsewhere (MNIST) every
     sample is its own group, even if two samples drew the same image (paper Sec. 3.3).
 
-    A :class:`~tpo_agents.batches.TableSamples` batch (a one-context table's samples, from the fused
+    A :class:`TableSamples` batch (a one-context table's samples, from the fast
     collector) has the same views, gathered from each member's one row ``[S, A]`` instead of its
     ``[S*B, A]`` copies: the sampled log-probs ``log pi(a_b)``, and the group's scores
     ``S[a] = (1/B) sum_b A_b [a_b = a]`` summed into the row (the context mean of the one-hot scores).

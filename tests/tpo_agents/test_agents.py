@@ -12,8 +12,8 @@ from stable_baselines3.common.logger import KVWriter, Logger, configure
 
 import tpo_gym  # noqa: F401
 from tpo_agents import DG, GRPO, PG, PPO, TPO, GroupPG, losses
-from tpo_agents.batches import ExactBatch
 from tpo_agents.decoding import StepLogProbs
+from tpo_agents.modes.exact import ExactBatch
 from tpo_agents.rollout import stack_steps
 
 th.set_num_threads(1)
@@ -301,7 +301,7 @@ class _NoCallback:
 
 
 def _single_batch(contexts: list[int], actions: list[int], rewards: list[float], n_actions: int):
-    from tpo_agents.batches import Episodes
+    from tpo_agents.modes.episodes import Episodes
 
     n = len(contexts)
     return Episodes(

@@ -36,7 +36,8 @@ import torch
 from stable_baselines3.common.logger import Logger
 
 import tpo_gym  # noqa: F401  (registers the envs)
-from tpo_agents.batches import Episodes, TokenGroups
+from tpo_agents.modes.episodes import Episodes
+from tpo_agents.modes.token import TokenGroups
 from tpo_agents.zoo.registry import get_algo
 
 torch.set_num_threads(1)

@@ -35,10 +35,10 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from tpo_agents.batches import Episodes, TokenGroups
+from tpo_agents.modes.episodes import Episodes
 from tpo_agents.modes.sequence import SequenceMode
 from tpo_agents.modes.single import SingleMode
-from tpo_agents.modes.token import TokenMode
+from tpo_agents.modes.token import TokenGroups, TokenMode
 from tpo_agents.policies.base import TRUNCATED_NORMAL_STD, multinomial_rows
 from tpo_agents.policies.mlp import MlpSoftmaxPolicy
 from tpo_agents.policies.transformer import TransformerSoftmaxPolicy

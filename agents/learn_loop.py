@@ -206,16 +206,19 @@ class GroupAlgorithm(GroupBaseAlgorithm):
                               diagnostics: bool = True) -> tuple[dict[str, float], float]:
         """Backward of the loss over the batch's parts; returns (stats, loss), weighted by their shares.
         The first epoch's forward, at theta_old, gives pi_old where collection left it unwritten
-        (:meth:`~tpo_agents.modes.CollectionMode.keep_old_log_probs`)."""
+        (:meth:`~tpo_agents.modes.CollectionMode.keep_old_log_probs`); with ``kl_coef`` the first epoch also
+        writes the reference model's log-probabilities, which every epoch's KL reads."""
         stats: dict[str, float] = {}
         total_loss = 0.0
         for part, weight in self.mode.parts(batch):
             log_probs = self.mode.log_probs(self.policy, part)
             if first_epoch:
                 self.mode.keep_old_log_probs(part, log_probs)
+                if self.kl_coef:
+                    self.mode.keep_reference_log_probs(self.policy, part)
             loss, part_stats = self.loss(self.mode.view(self._view, part, log_probs), diagnostics)
             if self.kl_coef:
-                kl_ref = self.mode.reference_kl(self.policy, part, log_probs)
+                kl_ref = self.mode.reference_kl(part, log_probs)
                 part_stats["reference_kl"] = kl_ref.detach()
                 loss = loss + self.kl_coef * kl_ref
             (loss * (weight * self.n_seeds)).backward()  # summed over members: each its own gradient

@@ -363,7 +363,12 @@ class CollectionMode(ABC):
         """KL(pi_old || pi_theta) over the action set, averaged over the batch's states."""
         return losses.policy_kl(batch.old_log_probs, log_probs)
 
-    def reference_kl(self, policy: Any, batch: Any, log_probs: th.Tensor) -> th.Tensor:
+    def keep_reference_log_probs(self, policy: Any, batch: Any) -> None:
+        """Write the batch's log-probabilities under the frozen reference model, once, for
+        :meth:`reference_kl` (modes with ``has_reference_kl``; called by the update's first epoch)."""
+        raise NotImplementedError(f"{self.name} mode has no reference model")
+
+    def reference_kl(self, batch: Any, log_probs: th.Tensor) -> th.Tensor:
         """The KL to a frozen reference model, with gradient (modes with ``has_reference_kl``)."""
         raise NotImplementedError(f"{self.name} mode has no reference model")
 

@@ -203,14 +203,19 @@ class TextMode(CollectionMode):
         terms = losses.k3(token_log_probs - part.batch.old_token_log_probs[part.rows])
         return _token_mean_share(part, terms)
 
-    def reference_kl(self, policy: Any, part: TextPart, token_log_probs: th.Tensor) -> th.Tensor:
-        """k3 estimate of KL(pi_theta || pi_ref) per completion token of the whole batch, with gradient:
-        the part's terms as a share of the batch's token mean (:func:`_token_mean_share`)."""
+    def keep_reference_log_probs(self, policy: Any, part: TextPart) -> None:
+        """Write the part's log pi_ref ``[R, T]`` under the frozen reference, without gradient, once (the
+        update's first epoch; later epochs read it)."""
         batch, first = part.batch, int(part.rows[0])
         if first not in batch.reference:
             with th.no_grad():
                 batch.reference[first] = policy.reference_token_log_probs(batch.completions, part.rows)
-        return _token_mean_share(part, losses.reference_kl_terms(batch.reference[first], token_log_probs))
+
+    def reference_kl(self, part: TextPart, token_log_probs: th.Tensor) -> th.Tensor:
+        """k3 estimate of KL(pi_theta || pi_ref) per completion token of the whole batch, with gradient:
+        the part's terms as a share of the batch's token mean (:func:`_token_mean_share`)."""
+        reference = part.batch.reference[int(part.rows[0])]
+        return _token_mean_share(part, losses.reference_kl_terms(reference, token_log_probs))
 
     def after_update(self, policy: Any) -> None:
         policy.sync_generator()

@@ -29,7 +29,6 @@ from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spac
 import tpo_agents.fast_collectors  # noqa: F401  (registers the fast collectors)
 import tpo_gym  # noqa: F401  (registers the TPO/ envs)
 from tpo_agents import checks
-from tpo_agents.collectors import ModeCollector, make_collector
 from tpo_agents.hyperparameters import ScaledSchedule, own_hyperparameters, show_shared
 from tpo_agents.mode_choice import EnvLike, batched_env, choose_mode, env_id_and_kwargs, probe_env
 from tpo_agents.modes import (
@@ -39,6 +38,7 @@ from tpo_agents.modes import (
     CollectionMode,
     ExactView,
     GroupView,
+    ModeCollector,
     SampleView,
     canonical_mode_name,
     make_mode,
@@ -314,11 +314,11 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             self.policy.set_predict_member(self.predict_member)
 
     def collector(self, fast: bool | None = None) -> ModeCollector:
-        """The collector of this env, policy and mode (:func:`tpo_agents.collectors.make_collector`): a
+        """The collector of this env, policy and mode (:meth:`~tpo_agents.modes.CollectionMode.collector`): a
         registered fast one that serves them where ``fast`` (default :attr:`fast_collection`; never with a
         reference model, ``kl_coef``), else the generic one."""
         fast = self.fast_collection if fast is None else fast
-        return make_collector(self.vector_env, self.policy, self.mode, fast=fast and not self.kl_coef)
+        return self.mode.collector(self.vector_env, self.policy, fast=fast and not self.kl_coef)
 
     def _probe_env(self, source: EnvLike) -> gym.Env:
         """A single env of ``source`` to read the spaces from (:func:`~tpo_agents.mode_choice.probe_env`)."""

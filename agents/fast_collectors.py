@@ -32,7 +32,7 @@ The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's 
 diagnostics (the loss's stats, the gradient norm, the KL to pi_old) and the batch's ``rollout/`` values
 only for updates whose logs are written (every ``log_interval``) or when a callback asks for them
 (``tpo_agents.learn_loop.wants_train_diagnostics``, ``wants_rollout_metrics``). Each collector registers
-itself (:func:`tpo_agents.collectors.register_fast_collector`) for what its ``serves`` says; everything else
+itself (:func:`tpo_agents.modes.base.register_fast_collector`) for what its ``serves`` says; everything else
 (multi-context tables in single mode, the transformer, text) goes the generic collector, which stays the
 reference: ``tests/tpo_agents/test_fast_collectors.py`` holds the two equal.
 """
@@ -47,9 +47,8 @@ import torch as th
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
-from tpo_agents.collectors import FastCollector, register_fast_collector
 from tpo_agents.modes import CollectionMode
-from tpo_agents.modes.base import StepHook
+from tpo_agents.modes.base import FastCollector, StepHook, register_fast_collector
 from tpo_agents.modes.episodes import Episodes
 from tpo_agents.modes.exact import ExactBatch, collect_exact
 from tpo_agents.modes.single import TableSamples

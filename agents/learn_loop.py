@@ -21,8 +21,7 @@ from stable_baselines3.common.utils import safe_mean
 
 from tpo_agents.base_class import GroupBaseAlgorithm
 from tpo_agents.callback_steps import warn_never_firing
-from tpo_agents.collectors import Collector
-from tpo_agents.modes import View
+from tpo_agents.modes import Collector, View
 from tpo_agents.without_signal import warn_without_signal
 
 __all__ = ["GroupAlgorithm"]

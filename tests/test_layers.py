@@ -109,7 +109,7 @@ def test_imports_count_type_checking_imports(tmp_path):
 
 
 def test_the_learn_loop_imports_no_policy_fast_collector_or_allocator():
-    """The learn loop reaches policies, the fast collectors (registered, :mod:`tpo_agents.collectors`) and
+    """The learn loop reaches policies, the fast collectors (registered, :mod:`tpo_agents.modes.base`) and
     the allocator's settings only through the base class and the entry points: its own imports name none
     of them, nor an env."""
     banned = ("tpo_agents.policies", "tpo_agents.fast_collectors", "tpo_agents.allocator", "tpo_gym")

@@ -58,6 +58,50 @@ from tpo_gym.vector import BatchedTaskEnv, BatchedTaskVectorEnv
 StepHook = Callable[[int], bool]
 """Called after every env step with the number of interactions it made; False stops collection."""
 
+Collector = Callable[[StepHook], Any]
+"""``collector(on_step)``: one batch, or None when ``on_step`` asked to stop."""
+
+
+class ModeCollector:
+    """The generic collector: the mode's own :meth:`CollectionMode.collect`, called with the step hook."""
+
+    #: Whether this is a fast collector (the learn loop then computes the ``train/`` diagnostics and the
+    #: ``rollout/`` values of logged updates only, unless a callback asks for every update's).
+    fast: ClassVar[bool] = False
+
+    def __init__(self, env: VectorEnv, policy: Any, mode: CollectionMode) -> None:
+        self.env, self.policy, self.mode = env, policy, mode
+
+    def __call__(self, on_step: StepHook) -> Any:
+        return self.mode.collect(self.env, self.policy, on_step)
+
+
+class FastCollector(ModeCollector):
+    """A collector that builds the generic collector's batch its own way (fewer env and policy calls), for
+    the env, policy and mode it :meth:`serves`; it registers itself with :func:`register_fast_collector`
+    (:mod:`tpo_agents.fast_collectors`). It reads the env and the policy and writes nothing but its batch."""
+
+    fast = True
+
+    @classmethod
+    def serves(cls, env: VectorEnv, policy: Any, mode: CollectionMode) -> bool:
+        """Whether this collector builds the batches of ``mode`` for ``policy`` on ``env``."""
+        raise NotImplementedError
+
+    def __call__(self, on_step: StepHook) -> Any:
+        raise NotImplementedError
+
+
+FAST_COLLECTORS: list[type[FastCollector]] = []
+"""The registered fast collectors, in the order :meth:`CollectionMode.collector` asks them."""
+
+
+def register_fast_collector(collector: type[FastCollector]) -> type[FastCollector]:
+    """Register ``collector`` (a class decorator)."""
+    FAST_COLLECTORS.append(collector)
+    return collector
+
+
 VIEWS = ("group", "sample", "exact")
 #: K where a mode's groups are K candidates per context and ``group_size`` is not given (paper: K = 8).
 DEFAULT_GROUP_SIZE = 8
@@ -285,6 +329,15 @@ class CollectionMode(ABC):
     @abstractmethod
     def steps_per_collect(self, env: VectorEnv) -> int:
         """Env interactions (``num_timesteps``) that one :meth:`collect` adds."""
+
+    def collector(self, env: VectorEnv, policy: Any, fast: bool = True) -> ModeCollector:
+        """Where this mode's batches come from: the first registered fast collector that serves ``env``,
+        ``policy`` and this mode (with ``fast``), else the generic :class:`ModeCollector`, which stays the
+        reference (``tests/tpo_agents/test_fast_collectors.py`` holds the two equal)."""
+        for collector in FAST_COLLECTORS if fast else ():
+            if collector.serves(env, policy, self):
+                return collector(env, policy, self)
+        return ModeCollector(env, policy, self)
 
     @abstractmethod
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> Any:

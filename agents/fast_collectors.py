@@ -23,9 +23,11 @@ a second, unused set). :class:`ImageCollector` draws the contexts from the env's
 those resets do (``draw_contexts``: the same image indices) and gathers the images from the data set as
 one tensor.
 
-Each collector writes pi_old from a forward without gradient (it samples from it, or the exact mode's
-``rollout/`` task error reads it); the update's first epoch forwards again with gradient
-(:mod:`tpo_agents.modes.base`: no graph is kept from collection into the update).
+The table collectors write pi_old from a forward without gradient (they sample from it, or exact mode's
+``rollout/`` task error reads it) and the update forwards the table again, which costs 1-3% of an update.
+The image collector forwards the images once, with gradient: pi_old is that forward detached, and it hands
+the forward itself to the update's first epoch (``first_forward``), where a second forward of the MLP
+would cost about a fifth of a 20-member step (:mod:`tpo_agents.modes.base`).
 
 The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's own loss from
 ``tpo_agents.losses`` on the mode's views); with a fast collector the learn loop computes the ``train/``
@@ -67,7 +69,7 @@ def _table(policy: Any, mode: CollectionMode) -> bool:
 class ImageCollector(FastCollector):
     """Batches of the MLP on MNIST in single mode (B images per member, one sampled guess each) or
     exact mode (B images, every guess scored): the images of the env's own context draws,
-    gathered from the data set; the batch equals the generic path's."""
+    gathered from the data set, forwarded once; the batch equals the generic path's."""
 
     @classmethod
     def serves(cls, env: VectorEnv, policy: Any, mode: CollectionMode) -> bool:
@@ -111,8 +113,8 @@ class ImageCollector(FastCollector):
         contexts = self._contexts()
         images, labels = self._images(contexts), self.labels.index_select(0, contexts)
         n = len(contexts)
-        with th.no_grad():  # pi_old: sampled from, and read by the rollout/ task error in exact mode
-            old_log_probs = policy.action_log_probs(images)
+        log_probs = policy.action_log_probs(images)  # with gradient: the update's first forward, handed over
+        old_log_probs = log_probs.detach()  # pi_old: sampled from, and read by exact mode's task error
         if self.single:
             actions = multinomial_rows(old_log_probs, 1, policy.member_generators)  # [N, 1]
             rewards = (actions == labels.unsqueeze(1)).float()
@@ -122,10 +124,10 @@ class ImageCollector(FastCollector):
             return Episodes(
                 obs=images.unsqueeze(1), actions=actions, old_log_probs=old_log_probs.unsqueeze(1),
                 token_rewards=rewards, returns=rewards[:, 0].clone(), contexts=contexts, n_contexts=n,
-                group_size=1,
+                group_size=1, first_forward=log_probs.unsqueeze(1),
             )  # fmt: skip
         scores = (th.arange(old_log_probs.shape[-1], device=policy.device) == labels.unsqueeze(1)).float()
-        return ExactBatch(images, scores, old_log_probs)
+        return ExactBatch(images, scores, old_log_probs, first_forward=log_probs)
 
 
 @register_fast_collector

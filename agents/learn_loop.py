@@ -210,7 +210,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         stats: dict[str, float] = {}
         total_loss = 0.0
         for part, weight in self.mode.parts(batch):
-            log_probs = self.mode.log_probs(self.policy, part)
+            log_probs = self.mode.log_probs(self.policy, part, first_epoch)
             if first_epoch:
                 self.mode.keep_old_log_probs(part, log_probs)
                 if self.kl_coef:

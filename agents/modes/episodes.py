@@ -37,6 +37,9 @@ class Episodes:
     #: the distinct rows of [prompt, actions] and the inverse index, where a sequence policy re-scores them
     #: (``tpo_agents.decoding.distinct_sequences``)
     distinct: tuple[th.Tensor, th.Tensor] | None = field(default=None, repr=False)
+    #: log pi_theta with gradient from the forward a fast collector sampled from (the MLP on MNIST), handed to
+    #: the update's first epoch (``CollectionMode.log_probs``); None: the update forwards itself.
+    first_forward: th.Tensor | None = field(default=None, repr=False)
 
     def log_probs(self, policy: Any) -> th.Tensor:
         """log pi_theta(.|x_t) at every step ``[N, T, A]``, with gradient

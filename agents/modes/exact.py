@@ -5,7 +5,7 @@ Its former name ``population`` still works (``tpo_agents.modes.OLD_MODE_NAMES``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,9 @@ class ExactBatch:
     obs: th.Tensor  # [N, *obs_shape]
     rewards: th.Tensor  # [N, A]
     old_log_probs: th.Tensor  # [N, A], written at collection (the rollout/ task error reads it)
+    #: log pi_theta with gradient from the forward a fast collector sampled from (the MLP on MNIST), handed to
+    #: the update's first epoch (``CollectionMode.log_probs``); None: the update forwards itself.
+    first_forward: th.Tensor | None = field(default=None, repr=False)
 
     def log_probs(self, policy: Any) -> th.Tensor:
         """log pi_theta over the action set of every context ``[N, A]``, with gradient."""

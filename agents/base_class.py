@@ -111,7 +111,8 @@ class GroupBaseAlgorithm(BaseAlgorithm):
     exact_loss: ClassVar[Callable[[Any, ExactView, bool], tuple[th.Tensor, dict]] | None] = None
     #: The collection modes in this algorithm's order of preference: without ``group_mode`` it takes
     #: the first supported one that is natural for the env (``CollectionMode.is_natural_for``).
-    mode_preference: ClassVar[tuple[str, ...]] = ("text", "token", "sequence", "exact", "single")
+    mode_preference: ClassVar[tuple[str, ...]] = (
+        "text", "multiturn", "token", "sequence", "exact", "single")
     #: The mode of an algorithm built with neither ``group_mode`` nor an env (SB3's ``load`` builds one
     #: so, then restores the saved ``group_mode``); with an env, :meth:`natural_mode` decides.
     default_mode: ClassVar[str] = "token"

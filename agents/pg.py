@@ -40,7 +40,7 @@ class GroupPG(GroupAlgorithm):
     :param eta: temperature dividing the standardised scores.
     """
 
-    mode_preference = ("text", "token", "sequence", "single", "exact")
+    mode_preference = ("text", "multiturn", "token", "sequence", "single", "exact")
 
     def __init__(self, policy: Any, env: Any, eta: float = 1.0, **kwargs: Any) -> None:
         self.eta = eta

@@ -8,11 +8,13 @@ mode            batch                                           views          n
 ``single``      one sampled episode per context                 sample, group  any episodes
 ``exact``       every action of every context, scored exactly   exact, group   one step, several contexts
 ``text``        K completions per prompt of a language model    group, sample  text prompts (a text env)
+``multiturn``   K whole conversations per task (env replies     group, sample  a multi-turn text env
+                in the context, never in a loss)
 ==============  ==============================================  =============  ============================
 
 Views are listed preferred first; "natural for" is ``CollectionMode.is_natural_for``.
 An algorithm built without ``group_mode`` takes the first mode of its ``mode_preference`` (text,
-token, sequence, exact, single; Group PG: single before exact) that it supports and that
+multiturn, token, sequence, exact, single; Group PG: single before exact) that it supports and that
 is natural for the env (:meth:`tpo_agents.learn_loop.GroupAlgorithm.natural_mode`).
 A new mode is one more :class:`CollectionMode` subclass registered in :data:`MODES`.
 
@@ -42,13 +44,14 @@ from tpo_agents.modes.base import (
     View,
 )
 from tpo_agents.modes.exact import ExactMode
+from tpo_agents.modes.multiturn import MultiTurnMode
 from tpo_agents.modes.sequence import SequenceMode
 from tpo_agents.modes.single import SingleMode
 from tpo_agents.modes.text import TextMode
 from tpo_agents.modes.token import TokenMode
 
 MODES: dict[str, type[CollectionMode]] = {
-    mode.name: mode for mode in (TokenMode, SequenceMode, SingleMode, ExactMode, TextMode)
+    mode.name: mode for mode in (TokenMode, SequenceMode, SingleMode, ExactMode, TextMode, MultiTurnMode)
 }
 
 OLD_MODE_NAMES: dict[str, str] = {"population": "exact"}
@@ -103,6 +106,7 @@ __all__ = [
     "FastCollector",
     "GroupView",
     "ModeCollector",
+    "MultiTurnMode",
     "SampleView",
     "SequenceMode",
     "SingleMode",

@@ -40,7 +40,8 @@ class TextBatch:
 
     @property
     def mask(self) -> th.Tensor:
-        return self.completions.completion_mask
+        """``[B*K, T]`` the tokens the losses read (the policy's: ``Completions.loss_mask``)."""
+        return self.completions.loss_mask
 
     def old_logscores(self) -> th.Tensor:
         """L_old of every completion, ``[B, K]``."""

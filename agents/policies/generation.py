@@ -45,6 +45,9 @@ class Completions:
     :param seconds: wall-clock time of the generation (tokenization and decoding included)
     :param truncated: ``[P*n]`` bool, completions that ended neither with EOS nor with the stop string
         (cut by ``max_new_tokens``); with ``mask_truncated_completions`` their mask is all zero
+    :param action_mask: ``[P*n, Lc]`` 1 on the tokens the policy wrote, 0 on the tokens between its turns
+        that the environment wrote (a multi-turn episode: context, never scored); None: every completion
+        token is the policy's
     """
 
     prompt_ids: Tensor
@@ -56,6 +59,13 @@ class Completions:
     n_generated_tokens: int
     seconds: float
     truncated: Tensor | None = None
+    action_mask: Tensor | None = None
+
+    @property
+    def loss_mask(self) -> Tensor:
+        """``[P*n, Lc]`` the tokens every loss and log-score reads: :attr:`action_mask`, else
+        :attr:`completion_mask`."""
+        return self.completion_mask if self.action_mask is None else self.action_mask
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

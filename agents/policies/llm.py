@@ -382,8 +382,20 @@ class LLMPolicy(BasePolicy):
         Sampling (``greedy=False``) uses ``temperature``/``top_p`` and torch's global RNG; ``greedy=True``
         takes the argmax token (all ``n`` rows of a prompt are then equal).
         """
-        start = time.perf_counter()
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        completions = self.generate_from(prompt_ids, prompt_mask, n, greedy)
+        if self.mask_truncated_completions:  # TRL's option: a truncated completion takes no part in the loss
+            completions.completion_mask *= ~completions.truncated[:, None]
+        return completions
+
+    @torch.no_grad()
+    def generate_from(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool = False
+    ) -> Completions:
+        """:meth:`generate` from token contexts, ``prompt_ids [P, Lp]`` left-padded (``prompt_mask``), e.g. a
+        conversation so far (a multi-turn episode's next turn); the completion mask is each row's length
+        (``mask_truncated_completions`` is applied by :meth:`generate`)."""
+        start = time.perf_counter()
         completion_ids, lengths = self.generator.generate(prompt_ids, prompt_mask, n, greedy)
         completion_mask = (
             torch.arange(completion_ids.shape[1], device=lengths.device) < lengths[:, None]
@@ -393,19 +405,39 @@ class LLMPolicy(BasePolicy):
         ended = [bool(row) and (row[-1] in self.eos_ids or (self.stop is not None and self.stop in text))
                  for row, text in zip(rows, decoded, strict=True)]
         truncated = ~torch.tensor(ended, dtype=torch.bool, device=lengths.device)
-        if self.mask_truncated_completions:  # TRL's option: a truncated completion takes no part in the loss
-            completion_mask = completion_mask * ~truncated[:, None]
         return Completions(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
             completion_ids=completion_ids,
             completion_mask=completion_mask,
-            owner=torch.arange(len(prompts), device=prompt_ids.device).repeat_interleave(n),
+            owner=torch.arange(len(prompt_ids), device=prompt_ids.device).repeat_interleave(n),
             texts=[self.prefill + text for text in decoded],
             n_generated_tokens=int(lengths.sum()),
             truncated=truncated,
             seconds=time.perf_counter() - start,
         )
+
+    def reply_ids(self, reply: str, closed: bool) -> list[int]:
+        """The tokens between two turns of the policy in a conversation: the end of its turn (the EOS,
+        unless the turn ended with one: ``closed``), ``reply`` as the next user message, the generation
+        prompt and the prefill, as the chat template writes them (a tokenizer without a template:
+        ``"\\n" + reply + "\\n" + prefill``). The template's part is its text after the EOS that ends an
+        assistant message, as TRL builds a tool's reply (the template's end of turn must be the EOS)."""
+        tokenizer = self.tokenizer
+        if tokenizer.chat_template is None:
+            return tokenizer(f"\n{reply}\n{self.prefill}", add_special_tokens=False)["input_ids"]
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
+        talk = [*system, {"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
+        before = tokenizer.apply_chat_template(talk, tokenize=False)
+        after = tokenizer.apply_chat_template([*talk, {"role": "user", "content": reply}], tokenize=False,
+                                              add_generation_prompt=True)
+        end = before.rfind(tokenizer.eos_token)
+        if end < 0 or not after.startswith(before[:end + len(tokenizer.eos_token)]):
+            raise ValueError(f"the chat template of {self.model_name!r} does not end an assistant message "
+                             f"with the EOS {tokenizer.eos_token!r}: a reply cannot go between two turns")
+        text = after[end + len(tokenizer.eos_token):] + self.prefill
+        close = [] if closed else [tokenizer.eos_token_id]
+        return close + tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def sync_generator(self) -> None:
         """Push the current weights into the generation engine (vLLM); nothing to do for ``backend="hf"``."""
@@ -443,7 +475,7 @@ class LLMPolicy(BasePolicy):
                 use_cache=False,
             ).logits.float() / self.temperature
             log_probs = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
-            log_probs = log_probs.masked_fill(completion_mask[:, :used] == 0, 0.0)
+            log_probs = log_probs.masked_fill(completions.loss_mask[chunk, :used] == 0, 0.0)
             chunks.append(F.pad(log_probs, (0, width - used)))
         return torch.cat(chunks)
 

@@ -25,7 +25,7 @@ SMALL = dict(batch_size=4, group_size=2, seed=0, device="cpu")
 
 
 def test_every_mode_is_a_collection_mode_offering_views():
-    assert sorted(MODES) == ["exact", "sequence", "single", "text", "token"]
+    assert sorted(MODES) == ["exact", "multiturn", "sequence", "single", "text", "token"]
     for mode in MODES.values():
         assert issubclass(mode, CollectionMode) and mode.views
 
@@ -33,12 +33,12 @@ def test_every_mode_is_a_collection_mode_offering_views():
 @pytest.mark.parametrize(
     "algo, modes",
     [
-        (TPO, ("token", "sequence", "single", "exact", "text")),
-        (GRPO, ("token", "sequence", "single", "exact", "text")),
-        (GroupPG, ("token", "sequence", "single", "exact", "text")),
-        (DG, ("single", "exact", "text")),
-        (PG, ("single", "exact", "text")),
-        (PPO, ("single", "text")),
+        (TPO, ("token", "sequence", "single", "exact", "text", "multiturn")),
+        (GRPO, ("token", "sequence", "single", "exact", "text", "multiturn")),
+        (GroupPG, ("token", "sequence", "single", "exact", "text", "multiturn")),
+        (DG, ("single", "exact", "text", "multiturn")),
+        (PG, ("single", "exact", "text", "multiturn")),
+        (PPO, ("single", "text", "multiturn")),
         (CE, ("exact",)),
     ],
 )

@@ -24,6 +24,7 @@ from tpo_agents.zoo.callbacks import atomic_save
 from tpo_agents.zoo.hyperparams import ConfigError
 from tpo_agents.zoo.results import read_monitor
 from tpo_agents.zoo.train import configure, train
+from tpo_gym import MULTITURN_ENV_IDS
 
 torch.set_num_threads(1)
 
@@ -512,7 +513,7 @@ def test_every_entry_trains_a_few_steps(tmp_path: Path, algo: str, key: str, req
     if entry.get("policy") == "LLMPolicy":
         model_dir = request.getfixturevalue("tiny_llm_dir")
         tiny.append(f"policy_kwargs:dict(model={model_dir!r}, max_new_tokens=4, micro_batch_size=4)")
-        env_kwargs = ["size:4", "eval_size:2"]
+        env_kwargs = ["size:4", "eval_size:2"] if env not in MULTITURN_ENV_IDS else ["max_turns:2"]
         if env == "TPO/GSM8K-v0":  # read from a file, not generated: a tiny one
             rows = [{"question": f"{i} + 1?", "answer": f"#### {i + 1}"} for i in range(6)]
             (tmp_path / "gsm8k.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from experiments.runs import Runs
 
 COLORS = {"tpo": "C3", "grpo": "C1", "dg": "C0", "ppo": "C2", "pg": "C2", "ce": "k", "group_pg": "C4",
-          "grpo_no_kl": "C5", "tpo_no_anchor": "C6", "tpo_1ep": "C9", "grpo_masked": "C8"}
+          "grpo_no_kl": "C5", "tpo_no_anchor": "C6", "tpo_1ep": "C9", "grpo_masked": "C8", "grpo_trl": "C7"}
 
 
 def save_panels(fig: Any, flat: Any, n_used: int, title: str, path: Path, fontsize: float = 9) -> None:

@@ -56,14 +56,17 @@ Job = tuple[Task, ...]
 def build_model(spec: RunSpec, seed: int, n_seeds: int = 1, device: str = "cpu") -> Any:
     """The agent of ``spec`` with ``seed`` (and ``n_seeds`` members: seeds ``seed .. seed + n_seeds - 1``),
     built by the zoo's registry (:func:`tpo_agents.zoo.registry.make_agent`: the class of the name plus the
-    settings that define an ablation, a contradiction refused)."""
+    settings that define an ablation, a contradiction refused), a ``lin_<v>`` learning rate as the zoo's
+    schedule."""
     import gymnasium as gym
 
     import tpo_gym  # noqa: F401  (registers the envs)
+    from tpo_agents.zoo.hyperparams import with_schedules
     from tpo_agents.zoo.registry import make_agent
 
     env = gym.make(spec.env_id, **spec.env_kwargs)
-    return make_agent(spec.algo, spec.policy, env, seed=seed, n_seeds=n_seeds, device=device, **spec.kwargs)
+    return make_agent(spec.algo, spec.policy, env, seed=seed, n_seeds=n_seeds, device=device,
+                      **with_schedules(spec.kwargs))
 
 
 BATCHINGS = ("alone", "shares", "whole")

@@ -505,13 +505,16 @@ def linear_schedule(text: str) -> Any:
     return LinearSchedule(start=float(text.split("_", 1)[1]), end=0.0, end_fraction=1.0)
 
 
+def with_schedules(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with each ``lin_<v>`` string of :data:`SCHEDULE_KEYS` as its :func:`linear_schedule`."""
+    return {key: linear_schedule(value) if key in SCHEDULE_KEYS and isinstance(value, str)
+            and value.startswith("lin_") else value for key, value in kwargs.items()}
+
+
 def algo_kwargs(values: dict[str, Any]) -> dict[str, Any]:
     """The constructor keyword arguments: the non-zoo keys, with schedules, ``policy_kwargs`` and the
     RL Zoo's other conversions (dotted ``policy`` paths imported, a ``train_freq`` list as a tuple)."""
-    kwargs = {key: as_number(value) for key, value in values.items() if key not in ZOO_KEYS}
-    for key in SCHEDULE_KEYS:
-        if isinstance(kwargs.get(key), str) and kwargs[key].startswith("lin_"):
-            kwargs[key] = linear_schedule(kwargs[key])
+    kwargs = with_schedules({key: as_number(value) for key, value in values.items() if key not in ZOO_KEYS})
     for key in EVALUATED_KEYS:
         if key in kwargs:
             kwargs[key] = evaluated(kwargs[key])

@@ -15,6 +15,11 @@ of 2 prompts per update, TPO against GRPO with every other setting the zoo's (``
   the training curves (batch error, ``rollout/`` and ``train/`` values) and the task's shortcut (the
   best constant answer of the train split, ``eval/shortcut_error``, and of the prompts themselves,
   ``eval/own_constant_error``); each method's rate per task is chosen on it.
+* ``llm_study``: the same tasks, TPO and GRPO each at the rate the grid chose for it on each task
+  (:data:`STUDY_LEARNING_RATES`), 5 seeds x 100 updates, evaluated on 64 prompts of the test split (no
+  question of the train or validation split; greedy answers and 2 samples per prompt) before training
+  and every 10 updates; on ``gcd_60`` also GRPO with TRL's ``GRPOConfig`` defaults (``grpo_trl``:
+  :data:`TRL_GRPO`).
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ GRID_LEARNING_RATES = (3e-6, 1e-5, 3e-5)
 """AdamW learning rates of ``llm_grid``, the same for both methods."""
 GRID_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 0, "split": "validation"}
 """``llm_grid``'s evaluations: greedy answers to 64 validation prompts every 10 updates."""
+STUDY_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 2, "split": "test"}
+"""``llm_study``'s evaluations: greedy and 2 sampled answers to 64 test prompts every 10 updates."""
 SMOKE_EVAL = {"eval_every": 1, "n_prompts": 4, "n_samples": 2}
 """Held-out evaluations of the smoke size (the split of the full size)."""
 
@@ -104,4 +111,46 @@ LLM_GRID = Experiment(
     notes="eval/error = 1 - exact-match accuracy of greedy answers to 64 validation prompts (no question "
           "of the train split), before training and every 10 updates; a rate per task and method is "
           "chosen on it (experiments.lr_choice).",
+)
+
+
+# ------------------------------------------------------------------------------------------- the final study
+STUDY_LEARNING_RATES: dict[str, dict[str, float]] = {
+    "partial/spell_backward_3": {"tpo": 3e-6, "grpo": 1e-5},
+    "exact/gcd_60": {"tpo": 1e-5, "grpo": 1e-5},
+    "exact/chain_sum_2x2": {"tpo": 1e-5, "grpo": 1e-5},
+}
+"""variant -> method -> AdamW learning rate: ``llm_grid``'s choice on the validation split
+(:func:`experiments.lr_choice.chosen_rates` of its committed seeds; a test checks the two agree), fixed
+here before the study's first seed ran."""
+TRL_TASK = "exact/gcd_60"
+"""The task of the TRL-default GRPO cell: of the three, the one whose validation error ``llm_grid`` moved
+most at every rate, the smallest included (docs/llm.md), so TRL's smaller learning rate can show."""
+TRL_GRPO = {"loss_type": "dapo", "advantage_std": "sample", "learning_rate": "lin_1e-6"}
+"""GRPO as TRL 1.16's ``GRPOConfig`` defaults define it (docs/llm.md, "GRPO as TRL runs it"): one mean over
+every completion token of the batch, advantages scaled by the sample standard deviation, AdamW from 1e-6
+decaying linearly to 0 (the zoo's ``lin_1e-6``, a schedule once the run is built); clipping at 1.0, one
+epoch and no KL as the study's GRPO."""
+
+
+def build_study(updates: int, smoke: bool) -> Grid:
+    """Every task with TPO and GRPO at their :data:`STUDY_LEARNING_RATES`, evaluated on the test split;
+    :data:`TRL_TASK` also with ``grpo_trl`` (:data:`TRL_GRPO`)."""
+    evaluation = _evaluation(STUDY_EVAL, smoke)
+    grid = {variant: {algo: study_run(algo, preset, reward, updates, STUDY_LEARNING_RATES[variant][algo],
+                                      evaluation) for algo in ALGOS}
+            for variant, (preset, reward) in STUDY_TASKS.items()}
+    grpo = grid[TRL_TASK]["grpo"]
+    grid[TRL_TASK]["grpo_trl"] = replace(grpo, kwargs={**grpo.kwargs, **TRL_GRPO})
+    return grid
+
+
+LLM_STUDY = Experiment(
+    name="llm_study", paper="Section 3.8 (CPU-sized study: TPO against GRPO on three measured tasks)",
+    full=Size(5, 100), smoke=Size(1, 2), build=build_study, metric="eval/error", threshold=None,
+    panels=("eval/native_error", "update/error"), log_panels=(False,) * 3,
+    stored=("eval/", "update/rollout/", "update/train/"),
+    notes="eval/error = 1 - exact-match accuracy of greedy answers to 64 test prompts (no question of the "
+          "train or validation split), before training and every 10 updates; each method at the rate "
+          "llm_grid chose for it on the validation split.",
 )

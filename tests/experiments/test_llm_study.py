@@ -23,8 +23,12 @@ from experiments.core import load_seed, seed_path  # noqa: E402
 from experiments.definitions.llm import (  # noqa: E402
     GRID_LEARNING_RATES,
     LLM_GRID,
+    LLM_STUDY,
     MAX_GRAD_NORM,
+    STUDY_LEARNING_RATES,
     STUDY_TASKS,
+    TRL_GRPO,
+    TRL_TASK,
     rate_label,
 )
 from experiments.jobs import Task, run_job  # noqa: E402
@@ -237,6 +241,47 @@ def test_grid_is_matched() -> None:
         assert tpo.recorder_kwargs["env_kwargs"] == tpo.env_kwargs
         assert tpo.recorder_kwargs["split"] == "validation"
         assert tpo.n_updates % tpo.recorder_kwargs["eval_every"] == 0
+
+
+def test_study_rates_are_the_grids_choice() -> None:
+    """The rates fixed in ``llm_study`` are those ``experiments.lr_choice`` chooses from the committed
+    ``llm_grid`` seeds, for every task and both methods."""
+    from experiments.lr_choice import chosen_rates, grid_rows
+
+    root = Path(__file__).resolve().parents[2] / "results" / "paper"
+    rows = grid_rows(load_runs(root, LLM_GRID.name), STUDY_TASKS, GRID_LEARNING_RATES, rate_label)
+    assert chosen_rates(rows) == STUDY_LEARNING_RATES
+    assert set(STUDY_LEARNING_RATES) == set(STUDY_TASKS)
+
+
+def test_study_is_matched_and_reports_on_test_prompts() -> None:
+    study = LLM_STUDY.build(LLM_STUDY.full.updates, False)
+    assert set(study) == set(STUDY_TASKS) and LLM_STUDY.full.seeds >= 5 and LLM_STUDY.full.updates >= 100
+    for variant, cell in study.items():
+        assert set(cell) == ({"tpo", "grpo", "grpo_trl"} if variant == TRL_TASK else {"tpo", "grpo"})
+        tpo, grpo = cell["tpo"], cell["grpo"]
+        assert tpo.env_kwargs == grpo.env_kwargs and tpo.recorder_kwargs == grpo.recorder_kwargs
+        assert tpo.recorder_kwargs["split"] == "test" and tpo.recorder_kwargs["n_prompts"] == 64
+        for algo in ("tpo", "grpo"):
+            assert cell[algo].kwargs["learning_rate"] == STUDY_LEARNING_RATES[variant][algo]
+            assert cell[algo].kwargs["max_grad_norm"] == MAX_GRAD_NORM
+        for key in ("policy_kwargs", "batch_size", "group_size", "n_epochs"):
+            assert tpo.kwargs[key] == grpo.kwargs[key], key
+    trl, grpo = study[TRL_TASK]["grpo_trl"], study[TRL_TASK]["grpo"]
+    assert trl.algo == grpo.algo and trl.env_kwargs == grpo.env_kwargs
+    assert trl.recorder_kwargs == grpo.recorder_kwargs
+    assert {k: v for k, v in trl.kwargs.items() if grpo.kwargs.get(k) != v} == TRL_GRPO
+    assert trl.kwargs["max_grad_norm"] == 1.0 and trl.kwargs["beta"] == 0.0 and trl.kwargs["n_epochs"] == 1
+
+
+def test_trl_cell_decays_its_learning_rate(tiny_llm_dir: str) -> None:
+    """``grpo_trl``'s ``lin_1e-6`` is built as the zoo's schedule: 1e-6 at the start, 0 at the end."""
+    from experiments.jobs import build_model
+
+    spec = _tiny(LLM_STUDY.build(2, True)[TRL_TASK]["grpo_trl"], tiny_llm_dir)
+    model = build_model(spec, seed=0)
+    assert (model.loss_type, model.advantage_std) == ("dapo", "sample")
+    assert model.lr_schedule(1.0) == pytest.approx(1e-6) and model.lr_schedule(0.25) == pytest.approx(2.5e-7)
 
 
 def _tiny(spec: Any, model: str) -> Any:

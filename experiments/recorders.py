@@ -435,3 +435,93 @@ class LLMEvalRecorder(CurveRecorder):
 
 
 RECORDERS["llm_eval"] = LLMEvalRecorder
+
+
+class AgentEvalRecorder(CurveRecorder):
+    """Multi-turn envs (docs/agents.md): the training curves plus evaluations on fixed tasks: ``n_tasks``
+    contexts of the env (all of them where it has no more; else the first ``n_tasks`` drawn with ``seed``),
+    ``n_samples`` conversations each at the policy's temperature and one greedy conversation each, played
+    by the model's ``multiturn`` mode (``MultiTurnMode.play``) before the first update and after every
+    ``eval_every`` updates, stored at x = the updates done.
+
+    Each evaluation records ``error`` (1 - the success rate of the sampled conversations), ``greedy_error``
+    (the same of the greedy ones), ``turns`` (mean turns of the sampled ones), ``format_rate`` (their turns
+    in the env's format), ``shortcut_error`` (1 - the env's shortcut success rate:
+    :func:`experiments.agent_tasks.shortcut`) and ``seconds``. torch's RNG is seeded with ``seed`` and
+    restored afterwards, so evaluating changes neither the training run's samples nor its tasks (the
+    evaluations play on envs of their own). Single runs only."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any], eval_every: int, n_tasks: int,
+                 n_samples: int, seed: int = 0) -> None:
+        super().__init__()
+        import gymnasium as gym
+
+        from experiments.agent_tasks import shortcut
+
+        for name, value, low in (("eval_every", eval_every, 1), ("n_tasks", n_tasks, 1),
+                                 ("n_samples", n_samples, 1)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"AgentEvalRecorder: {name}={value!r}; use an integer >= {low}")
+        task = gym.make(env_id, **env_kwargs).unwrapped.task
+        if task.num_contexts <= n_tasks:
+            self.contexts = np.arange(task.num_contexts)
+        else:
+            self.contexts = np.sort(task.sample_contexts(np.random.default_rng(seed), n_tasks))
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs)
+        self.eval_every, self.n_samples, self.seed = eval_every, n_samples, seed
+        self.shortcut = shortcut(env_id.removeprefix("TPO/").removesuffix("-v0"), env_kwargs)
+        self._envs: dict[int, Any] = {}
+
+    def _on_training_start(self) -> None:
+        if self.n_members != 1:
+            raise ValueError(f"AgentEvalRecorder records single runs, got a model of {self.n_members} "
+                             "members")
+        self.evaluate()
+
+    def after_update(self, row: Row) -> None:
+        if self.updates_done % self.eval_every == 0:
+            self.evaluate()
+
+    def _env(self, group_size: int) -> Any:
+        """The evaluation's vector env of ``len(contexts)`` groups of ``group_size``."""
+        import gymnasium as gym
+
+        if group_size not in self._envs:
+            self._envs[group_size] = gym.make_vec(self.env_id, num_envs=len(self.contexts) * group_size,
+                                                  vectorization_mode="vector_entry_point",
+                                                  group_size=group_size, **self.env_kwargs)
+        return self._envs[group_size]
+
+    def evaluate(self) -> dict[str, float]:
+        """Evaluate the policy now on the fixed tasks, append the values (x = updates done), return them."""
+        import time
+
+        start = time.perf_counter()
+        mode, policy = self.model.mode, self.model.policy
+        training = policy.training
+        device = th.device(policy.device)
+        devices = [device.index or 0] if device.type == "cuda" else []
+        policy.set_training_mode(False)
+        try:
+            with th.random.fork_rng(devices=devices):
+                th.manual_seed(self.seed)
+                sampled = mode.play(self._env(self.n_samples), policy,
+                                    {"group_size": self.n_samples, "contexts": self.contexts})
+                greedy = mode.play(self._env(1), policy, {"group_size": 1, "contexts": self.contexts},
+                                   greedy=True)
+        finally:
+            policy.set_training_mode(training)
+        episodes = sampled.conversations
+        turns = sum(episode.turns for episode in episodes)
+        values = {"x": float(self.updates_done),
+                  "error": 1 - float(np.mean([episode.success for episode in episodes])),
+                  "greedy_error": 1 - float(np.mean([episode.success for episode in greedy.conversations])),
+                  "turns": turns / len(episodes),
+                  "format_rate": 1 - sum(episode.bad_turns for episode in episodes) / turns,
+                  "shortcut_error": 1 - self.shortcut[1], "seconds": time.perf_counter() - start}
+        for key, value in values.items():
+            self.evals[key].append(np.array([value]))
+        return values
+
+
+RECORDERS["agent_eval"] = AgentEvalRecorder

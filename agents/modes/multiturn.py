@@ -83,8 +83,16 @@ class MultiTurnMode(TextMode):
         if getattr(policy, "generate_from", None) is None:  # not a language-model policy
             name = type(policy).__name__
             raise TypeError(f"multiturn mode needs a language-model policy (LLMPolicy), got {name}")
-        k, start = self.group_size, time.perf_counter()
-        obs, _ = env.reset(options={"group_size": k})
+        batch = self.play(env, policy, {"group_size": self.group_size})
+        return batch if on_step(env.num_envs) else None
+
+    def play(self, env: VectorEnv, policy: Any, options: dict[str, Any],
+             greedy: bool = False) -> MultiTurnBatch:
+        """One whole episode in every sub-env of ``env`` after ``env.reset(options=options)`` (the groups:
+        ``group_size``, and ``contexts`` to name the tasks), each turn sampled (or ``greedy``) from the
+        conversation so far; the batch of the conversations."""
+        k, start = options["group_size"], time.perf_counter()
+        obs, _ = env.reset(options=options)
         prompts = [str(prompt) for prompt in obs[::k]]
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
         contexts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
@@ -93,7 +101,7 @@ class MultiTurnMode(TextMode):
         while playing:
             rows = [contexts[i // k] + episodes[i].tokens for i in playing]
             ids, mask = _left_padded(rows, policy.tokenizer.pad_token_id, prompt_ids.device)
-            turn = policy.generate_from(ids, mask, 1)
+            turn = policy.generate_from(ids, mask, 1, greedy)
             lengths, actions = turn.completion_mask.sum(-1).tolist(), [""] * env.num_envs
             for row, i in enumerate(playing):
                 episodes[i].add(turn.completion_ids[row, :lengths[row]].tolist(), written=1)
@@ -116,8 +124,6 @@ class MultiTurnMode(TextMode):
                     episode.add(policy.reply_ids(str(info["reply"]), closed), written=0)
                     still.append(i)
             playing = still
-        if not on_step(env.num_envs):
-            return None
         scores = th.tensor([episode.reward for episode in episodes], dtype=th.float32)
         return MultiTurnBatch(
             prompts=prompts,

@@ -42,3 +42,48 @@ def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.Cap
     assert agent_tasks.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message in err and len(err.splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------- evaluations
+POLICY = {"max_new_tokens": 4, "prefill": "<guess>", "stop": "</guess>"}
+GUESS = {"max_number": 8, "max_turns": 3}
+
+
+@pytest.mark.filterwarnings("ignore:2 of 2 batches had no signal")
+def test_agent_evaluations_leave_training_unchanged(tiny_llm_dir: str) -> None:
+    """The evaluations play on envs of their own with torch's RNG restored: a run with them has the batches,
+    RNG state and weights of a run without."""
+    from experiments.recorders import AgentEvalRecorder, CurveRecorder
+    from tpo_agents import TPO
+
+    errors, states, weights = [], [], []
+    evaluating = AgentEvalRecorder("TPO/GuessNumber-v0", GUESS, 1, n_tasks=8, n_samples=2)
+    for recorder in (CurveRecorder(), evaluating):
+        model = TPO("LLMPolicy", "TPO/GuessNumber-v0", env_kwargs=GUESS, batch_size=2, group_size=2,
+                    n_epochs=1, seed=3, learning_rate=1e-2, policy_kwargs={"model": tiny_llm_dir, **POLICY})
+        model.learn(total_timesteps=8, callback=recorder, log_interval=0)
+        errors.append(recorder.arrays()["update/error"])
+        states.append(torch.random.get_rng_state())
+        weights.append(torch.cat([p.detach().flatten() for p in model.policy.parameters()]))
+    torch.testing.assert_close(errors[0], errors[1], rtol=0, atol=0)
+    assert torch.equal(states[0], states[1]) and torch.equal(weights[0], weights[1])
+    arrays = evaluating.arrays()
+    assert list(arrays["eval/x"]) == [0, 1, 2]
+    assert evaluating.contexts.tolist() == list(range(8))  # every hidden number
+    for key in ("eval/error", "eval/greedy_error", "eval/format_rate"):
+        assert all(0 <= value <= 1 for value in arrays[key])
+    assert 1 <= arrays["eval/turns"].min() and arrays["eval/turns"].max() <= 3
+    assert arrays["eval/shortcut_error"][0] == pytest.approx(1 - 3 / 8)
+
+
+def test_agent_recorder_settings() -> None:
+    from experiments.recorders import AgentEvalRecorder
+
+    many = AgentEvalRecorder("TPO/Calculator-v0", {"digits": 2}, 10, n_tasks=16, n_samples=2, seed=1)
+    assert len(many.contexts) == 16 and many.contexts.max() < 90 * 90  # 16 of the 8,100 questions
+    again = AgentEvalRecorder("TPO/Calculator-v0", {"digits": 2}, 10, n_tasks=16, n_samples=2, seed=1)
+    assert many.contexts.tolist() == again.contexts.tolist()
+    with pytest.raises(ValueError, match="n_samples=0; use an integer >= 1"):
+        AgentEvalRecorder("TPO/GuessNumber-v0", GUESS, 1, n_tasks=4, n_samples=0)
+    with pytest.raises(ValueError, match="eval_every=0"):
+        AgentEvalRecorder("TPO/GuessNumber-v0", GUESS, 0, n_tasks=4, n_samples=2)

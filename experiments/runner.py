@@ -43,7 +43,8 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
          updates: int | None = None, algorithms: Iterable[str] | None = None,
          variants: Iterable[str] | None = None, device: str = "cpu") -> list[Task]:
     """Every seed of every run of ``experiment`` (seed-major, so partial results cover every method),
-    to train on ``device``."""
+    to train on ``device``: seeds ``0 .. n_seeds - 1``, by default each variant's full number
+    (``Experiment.seeds_of``; the smoke size's at ``smoke``)."""
     size = experiment.smoke if smoke else experiment.full
     grid = experiment.build(updates or size.updates, smoke)
     wanted_algos = set(algorithms) if algorithms else None
@@ -52,9 +53,12 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
     _check_known("algorithm", wanted_algos, {a for runs in grid.values() for a in runs})
     per_seed = reads_train_diagnostics(experiment)
     tasks = []
-    for seed in range(n_seeds or size.seeds):
+    def seeds(variant: str) -> int:
+        return n_seeds or (size.seeds if smoke else experiment.seeds_of(variant))
+
+    for seed in range(max(seeds(variant) for variant in grid)):
         for variant, runs in grid.items():
-            if wanted_variants is not None and variant not in wanted_variants:
+            if (wanted_variants is not None and variant not in wanted_variants) or seed >= seeds(variant):
                 continue
             for algo, spec in runs.items():
                 if wanted_algos is None or algo in wanted_algos:

@@ -115,17 +115,19 @@ def test_a_run_writes_only_the_reported_curves_with_its_settings_and_code(tmp_pa
                                         "eta_sweep"])
 def test_the_committed_results_regenerate_their_tables(experiment):
     """results/paper's committed seed files (those git tracks: a run still writing seeds changes nothing)
-    are runs of the full size, each cell at most the full number of seeds (a cell still filling holds
-    fewer, and at least one cell is complete), and the documented summary
+    are runs of the full size, each cell at most the full number of seeds (``Experiment.seeds_of``: a cell
+    still filling holds fewer, and at least one cell is complete), and the documented summary
     (docs/figures/<experiment>.json) is what they give."""
     files = [f.path for f in seed_files(ROOT / RESULTS, tracked_only=True) if f.experiment == experiment]
     runs = load_runs(ROOT / RESULTS, experiment, files)
     if not runs:
         pytest.skip(f"no committed results for {experiment}")
-    full = get_experiment(experiment).full
-    rows = summarize(get_experiment(experiment), runs)
+    definition = get_experiment(experiment)
+    full = definition.full
+    rows = summarize(definition, runs)
     assert {r["updates"] for r in rows} == {full.updates}
-    assert all(r["seeds"] <= full.seeds for r in rows) and any(r["seeds"] == full.seeds for r in rows)
+    assert all(r["seeds"] <= definition.seeds_of(r["variant"]) for r in rows)
+    assert any(r["seeds"] == definition.seeds_of(r["variant"]) for r in rows)
     documented = json.loads((ROOT / "docs" / "figures" / f"{experiment}.json").read_text())["rows"]
     labels = ("variant", "algo", "seeds", "steps", "steps_ci")
     assert ([{k: r.get(k) for k in labels} for r in documented]

@@ -87,3 +87,43 @@ def test_agent_recorder_settings() -> None:
         AgentEvalRecorder("TPO/GuessNumber-v0", GUESS, 1, n_tasks=4, n_samples=0)
     with pytest.raises(ValueError, match="eval_every=0"):
         AgentEvalRecorder("TPO/GuessNumber-v0", GUESS, 0, n_tasks=4, n_samples=2)
+
+
+# ------------------------------------------------------------------------------------------- agents_grid
+def test_agents_grid_is_matched() -> None:
+    from experiments.definitions.agents import AGENT_ENVS, AGENTS_GRID
+    from experiments.definitions.llm import GRID_LEARNING_RATES, rate_label
+
+    grid = AGENTS_GRID.build(AGENTS_GRID.full.updates, False)
+    assert set(grid) == {f"{v}/{rate_label(r)}" for v in AGENT_ENVS for r in GRID_LEARNING_RATES}
+    for variant, cell in grid.items():
+        tpo, grpo = cell["tpo"], cell["grpo"]
+        assert set(cell) == {"tpo", "grpo"} and tpo.env_id == grpo.env_id == AGENT_ENVS[variant.split("/")[0]]
+        assert tpo.recorder == grpo.recorder == "agent_eval" and tpo.recorder_kwargs == grpo.recorder_kwargs
+        for key in ("policy_kwargs", "learning_rate", "batch_size", "group_size", "n_epochs", "max_grad_norm",
+                    "group_mode"):
+            assert tpo.kwargs[key] == grpo.kwargs[key], key
+        assert rate_label(tpo.kwargs["learning_rate"]) == variant.rsplit("/", 1)[1]
+        assert tpo.kwargs["group_mode"] == "multiturn"
+        assert tpo.n_updates % tpo.recorder_kwargs["eval_every"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*batches had no signal")
+def test_agents_grid_smoke_on_the_tiny_model(tiny_llm_dir: str, tmp_path) -> None:
+    from dataclasses import replace
+
+    from experiments.core import load_seed, seed_path
+    from experiments.definitions.agents import AGENTS_GRID
+    from experiments.jobs import Task, run_job
+
+    variant = "guess_number/lr1e-05"
+    spec = AGENTS_GRID.build(AGENTS_GRID.smoke.updates, True)[variant]["tpo"]
+    policy = {**spec.kwargs["policy_kwargs"], "model": tiny_llm_dir, "max_new_tokens": 3}
+    spec = replace(spec, kwargs={**spec.kwargs, "policy_kwargs": policy})
+    path = seed_path(tmp_path, AGENTS_GRID.name, variant, "tpo", 0)
+    run_job((Task(AGENTS_GRID.name, variant, 0, spec, str(path), per_seed=True, curves=AGENTS_GRID.curves),))
+    arrays, meta = load_seed(path)
+    assert list(arrays["eval/x"]) == [0, 1, 2] and arrays["update/error"].shape == (2,)
+    assert arrays["eval/shortcut_error"][0] == pytest.approx(0.75)  # 5 reply-blind guesses of 20 numbers
+    assert meta["spec"]["recorder"] == "agent_eval"

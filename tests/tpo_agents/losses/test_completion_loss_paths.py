@@ -42,7 +42,8 @@ def text_mode_loss(b: dict, new: torch.Tensor, logscore: str) -> torch.Tensor:
     """The text mode's TPO path: TextMode.group_view of a part holding every row, then TPO.group_loss."""
     n = b["scores"].numel()
     batch = TextBatch(
-        prompts=["p"] * (n // K), completions=SimpleNamespace(completion_mask=b["mask"].long()),
+        prompts=["p"] * (n // K),
+        completions=SimpleNamespace(completion_mask=b["mask"].long(), loss_mask=b["mask"].long()),
         scores=b["scores"].reshape(-1, K), advantages=torch.zeros(n), old_token_log_probs=b["old"],
         answers=np.array([None] * n, dtype=object), format_ok=np.zeros(n, dtype=bool), logscore=logscore,
         group_size=K, rows_per_part=n,

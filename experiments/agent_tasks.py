@@ -11,7 +11,8 @@ would be (torch and the env seeded with ``--seed``; no update). It prints one Ma
 success rate (pass@1 over the conversations), pass@K (:func:`experiments.llm_tasks.pass_at_k` per task,
 K = ``--samples``), the share of tasks whose K conversations do not all end the same (the groups TPO and
 GRPO learn from), turns per conversation, the share ended by the turn limit, the share of turns in the
-env's format and of turns cut by ``max_new_tokens``, and the env's shortcut: the best success rate of a
+env's format and of turns cut by ``max_new_tokens``, the wall and CPU seconds of the batch, and the env's
+shortcut: the best success rate of a
 policy that ignores the replies (GuessNumber, :func:`tpo_gym.envs.multiturn.reply_blind_success_rate`) or
 of one constant answer without the calculator (Calculator,
 :func:`~tpo_gym.envs.multiturn.best_constant_answer`).
@@ -53,9 +54,9 @@ def measure(env: str, env_kwargs: dict[str, Any], policy_kwargs: dict[str, Any],
     torch.manual_seed(seed)
     model = TPO("LLMPolicy", f"TPO/{env}-v0", env_kwargs=env_kwargs, batch_size=n_tasks,
                 group_size=n_samples, n_epochs=1, seed=seed, policy_kwargs=policy_kwargs)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     batch = model.collector()(lambda n: True)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     episodes = batch.conversations
     success = np.array([episode.success for episode in episodes]).reshape(n_tasks, n_samples)
     turns = np.array([episode.turns for episode in episodes], dtype=float)
@@ -67,7 +68,7 @@ def measure(env: str, env_kwargs: dict[str, Any], policy_kwargs: dict[str, Any],
         "turn_limit": float(np.mean([episode.turn_limit for episode in episodes])),
         "format": 1 - sum(episode.bad_turns for episode in episodes) / turns.sum(),
         "cut": sum(episode.cut_turns for episode in episodes) / turns.sum(),
-        "shortcut": f"{name} ({rate:.3g})", "seconds": seconds,
+        "shortcut": f"{name} ({rate:.3g})", "seconds": seconds, "cpu_seconds": cpu_seconds,
     }  # fmt: skip
 
 
@@ -75,13 +76,14 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The rows as one Markdown table."""
     k = next(key for key in rows[0] if key.startswith("pass@") and key != "pass@1")
     head = ["env", "kwargs", "tasks x samples", "pass@1", k, "tasks with signal", "turns", "turn limit",
-            "format rate", "cut turns", "shortcut (success rate)", "seconds"]
+            "format rate", "cut turns", "shortcut (success rate)", "seconds", "CPU s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         kwargs = ", ".join(f"{key}={value}" for key, value in row["env_kwargs"].items()) or "defaults"
         cells = [f"`TPO/{row['env']}-v0`", kwargs, row["size"], f"{row['pass@1']:.3f}", f"{row[k]:.3f}",
                  f"{row['signal']:.0%}", f"{row['turns']:.2f}", f"{row['turn_limit']:.0%}",
-                 f"{row['format']:.0%}", f"{row['cut']:.0%}", row["shortcut"], f"{row['seconds']:.0f}"]
+                 f"{row['format']:.0%}", f"{row['cut']:.0%}", row["shortcut"], f"{row['seconds']:.0f}",
+                 f"{row['cpu_seconds']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -77,14 +77,29 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -
     return ids.to(device), lengths.to(device)
 
 
+def stop_strings(stop: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The stop strings of a policy's ``stop``: none, one string, or several (a completion ends at the
+    first of them); each a non-empty ``str``."""
+    stops = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
+    if not all(isinstance(text, str) and text for text in stops):
+        raise ValueError(f"stop={stop!r}: use None, a non-empty string or a list of them")
+    return stops
+
+
+def has_stop(text: str, stops: Sequence[str]) -> bool:
+    """Whether ``text`` contains any of ``stops``."""
+    return any(stop in text for stop in stops)
+
+
 def completion_lengths(
-    ids: Tensor, eos_ids: Sequence[int], stop: str | None, tokenizer: PreTrainedTokenizerBase
+    ids: Tensor, eos_ids: Sequence[int], stop: str | Sequence[str] | None, tokenizer: PreTrainedTokenizerBase
 ) -> Tensor:
     """Length ``[N]`` of each generated row ``ids [N, L]``: the shorter of the two ends below.
 
     * EOS end: index of the first EOS token + 1 (the EOS is part of the completion), ``L`` without one;
-    * stop end: the smallest ``k`` such that the decoded ``ids[:k]`` contains ``stop`` (found by bisection,
-      since containment only grows with ``k``); this is where ``generate``'s ``StopStringCriteria`` stops.
+    * stop end: the smallest ``k`` such that the decoded ``ids[:k]`` contains ``stop`` (any of them, for a
+      list; found by bisection, since containment only grows with ``k``); this is where ``generate``'s
+      stopping criterion stops.
 
     Positions after the end hold whatever the generator padded with (pad may equal EOS), so the end must
     be computed, not read off the pad token.
@@ -92,17 +107,18 @@ def completion_lengths(
     length = ids.shape[1]
     is_eos = torch.isin(ids, torch.tensor(list(eos_ids), device=ids.device))
     ends = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(ids[:, 0], length))
-    if stop is None:
+    stops = stop_strings(stop)
+    if not stops:
         return ends
     rows = ids.tolist()
     for i, row in enumerate(rows):
         end = int(ends[i])
-        if stop not in tokenizer.decode(row[:end], skip_special_tokens=True):
+        if not has_stop(tokenizer.decode(row[:end], skip_special_tokens=True), stops):
             continue
-        low, high = 1, end  # invariant: the stop string is in row[:high], not in row[:low - 1]
+        low, high = 1, end  # invariant: a stop string is in row[:high], none in row[:low - 1]
         while low < high:
             mid = (low + high) // 2
-            if stop in tokenizer.decode(row[:mid], skip_special_tokens=True):
+            if has_stop(tokenizer.decode(row[:mid], skip_special_tokens=True), stops):
                 high = mid
             else:
                 low = mid + 1
@@ -112,7 +128,8 @@ def completion_lengths(
 
 class CompletionStop:
     """``generate`` stopping criterion: a row is done once its *completion* (the tokens after the
-    ``prompt_length`` prompt columns) contains ``stop``, decoded as :func:`completion_lengths` decodes.
+    ``prompt_length`` prompt columns) contains ``stop`` (any of them), decoded as :func:`completion_lengths`
+    decodes.
 
     transformers' ``stop_strings`` also match a stop string that starts in the prompt's tail (``"\n\n"``
     after a template ending ``assistant\n``): generation then stops where no completion ends, and the
@@ -120,14 +137,17 @@ class CompletionStop:
     the output text only, like this criterion.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: str, prompt_length: int) -> None:
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, stop: str | Sequence[str], prompt_length: int
+    ) -> None:
         self.tokenizer = tokenizer
-        self.stop = stop
+        self.stops = stop_strings(stop)
         self.prompt_length = prompt_length
 
     def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: Any) -> Tensor:
         texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_length :], skip_special_tokens=True)
-        return torch.tensor([self.stop in text for text in texts], dtype=torch.bool, device=input_ids.device)
+        done = [has_stop(text, self.stops) for text in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 class HFGenerator:
@@ -149,7 +169,7 @@ class HFGenerator:
         max_new_tokens: int,
         temperature: float,
         top_p: float,
-        stop: str | None,
+        stop: str | Sequence[str] | None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -167,7 +187,7 @@ class HFGenerator:
         kwargs: dict[str, Any] = {"do_sample": not greedy, "max_new_tokens": self.max_new_tokens}
         if not greedy:
             kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
-        if self.stop is not None:  # not stop_strings: HF matches those across the prompt's tail too
+        if stop_strings(self.stop):  # not stop_strings: HF matches those across the prompt's tail too
             from transformers import StoppingCriteriaList
 
             criterion = CompletionStop(self.tokenizer, self.stop, prompt_ids.shape[1])
@@ -227,7 +247,7 @@ class VLLMGenerator:
         max_new_tokens: int,
         temperature: float,
         top_p: float,
-        stop: str | None,
+        stop: str | Sequence[str] | None,
     ) -> None:
         from vllm import LLM
 
@@ -267,7 +287,7 @@ class VLLMGenerator:
             temperature=0.0 if greedy else self.temperature,
             top_p=1.0 if greedy else self.top_p,
             max_tokens=self.max_new_tokens,
-            stop=[self.stop] if self.stop is not None else None,
+            stop=list(stop_strings(self.stop)) or None,
             include_stop_str_in_output=True,
             seed=int(torch.randint(2**31 - 1, ())),
         )

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from tpo_agents.losses import sequence_logscores
 
-from .generation import Completions, HFGenerator, VLLMGenerator
+from .generation import Completions, HFGenerator, VLLMGenerator, has_stop, stop_strings
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -202,7 +202,8 @@ class LLMPolicy(BasePolicy):
     :param system_prompt: optional system message of the chat template
     :param prefill: text appended after the generation prompt (the start of the assistant turn); it is
         part of the prompt ids and prepended to the returned texts
-    :param stop: stop string: generation of a completion ends with the token that completes it (kept)
+    :param stop: stop string, or a list of them: generation of a completion ends with the token that
+        completes the first one (kept)
     :param max_new_tokens: most tokens per completion
     :param temperature: sampling temperature T > 0; the log-probs are those of the logits / T
     :param top_p: nucleus sampling threshold (no top-k)
@@ -237,7 +238,7 @@ class LLMPolicy(BasePolicy):
         logscore: str = "mean",
         system_prompt: str | None = None,
         prefill: str = "",
-        stop: str | None = None,
+        stop: str | list[str] | None = None,
         max_new_tokens: int = 128,
         temperature: float = 1.0,
         top_p: float = 1.0,
@@ -259,6 +260,7 @@ class LLMPolicy(BasePolicy):
         from tpo_agents.checks import check_positive
 
         check_positive("temperature", temperature)  # the log-probs are those of logits / temperature
+        stop_strings(stop)  # a bad stop is refused before the model loads
         if lora_dropout != 0:
             raise ValueError(
                 f"lora_dropout={lora_dropout!r}: must be 0 (pi_old is taken from the first epoch's training "
@@ -402,7 +404,8 @@ class LLMPolicy(BasePolicy):
         ).long()
         rows = [row[:length] for row, length in zip(completion_ids.tolist(), lengths.tolist(), strict=True)]
         decoded = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
-        ended = [bool(row) and (row[-1] in self.eos_ids or (self.stop is not None and self.stop in text))
+        stops = stop_strings(self.stop)
+        ended = [bool(row) and (row[-1] in self.eos_ids or has_stop(text, stops))
                  for row, text in zip(rows, decoded, strict=True)]
         truncated = ~torch.tensor(ended, dtype=torch.bool, device=lengths.device)
         return Completions(

@@ -324,6 +324,34 @@ def test_generation_with_a_stop_ends_every_row_at_its_stop_or_eos(tiny_llm_dir):
         assert ended and "\n" not in policy.tokenizer.decode(row[: length - 1], skip_special_tokens=True)
 
 
+def test_several_stop_strings_end_a_completion_at_the_first(tiny_llm_dir):
+    """``stop=[a, b]``: a row ends with the token that completes whichever comes first (the criterion, the
+    lengths and ``truncated`` alike); a bad stop is refused before the model loads."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llm_dir)
+    stops = ["</calc>", "</answer>"]
+    for text, end in (("1+2</calc> x</answer>", len("1+2</calc>")), ("7</answer></calc>", len("7</answer>")),
+                      ("no tag", None)):  # fmt: skip
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        length = int(completion_lengths(ids, [tokenizer.eos_token_id], stops, tokenizer)[0])
+        assert length == (ids.shape[1] if end is None else end)  # one token per character
+        criterion = CompletionStop(tokenizer, stops, 0)
+        assert bool(criterion(ids[:, :length], None)[0]) == (end is not None)
+        assert end is None or not criterion(ids[:, : length - 1], None)[0]
+    policy = make_policy(tiny_llm_dir, stop=["\n", "a"], max_new_tokens=20)
+    torch.manual_seed(3)
+    out = policy.generate(["hi", "what"], 8)
+    for row, length, cut in zip(out.completion_ids.tolist(), out.completion_mask.sum(-1).tolist(),
+                                out.truncated.tolist(), strict=True):  # fmt: skip
+        text = policy.tokenizer.decode(row[:length], skip_special_tokens=True)
+        assert cut == (row[length - 1] not in policy.eos_ids and not text.endswith(("\n", "a")))
+        assert not {"\n", "a"} & set(policy.tokenizer.decode(row[: length - 1], skip_special_tokens=True))
+    for bad in ("", [""], ["</a>", 3]):
+        with pytest.raises(ValueError, match="stop="):
+            make_policy("no/such/model", stop=bad)
+
+
 def test_the_reference_without_lora_is_the_original_weights_also_after_load(tiny_llm_dir, tmp_path):
     policy = make_policy(tiny_llm_dir, max_new_tokens=12)
     torch.manual_seed(0)

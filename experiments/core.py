@@ -81,6 +81,23 @@ Grid = dict[str, dict[str, RunSpec]]
 
 
 @dataclass(frozen=True)
+class RateGrid:
+    """The learning rates a grid experiment chooses among (:mod:`experiments.lr_choice`).
+
+    :param tasks: variant stem -> (task, the reward it trains with: ``binary`` or ``native``); the grid's
+        variants are ``<stem>/<label(rate)>``
+    :param rates: the rates, the same for every method
+    :param label: rate -> the variant suffix (``lr1e-05``)
+    :param error: what the validation error is, for the table's legend
+    """
+
+    tasks: dict[str, tuple[str, str]]
+    rates: tuple[float, ...]
+    label: Callable[[float], str]
+    error: str
+
+
+@dataclass(frozen=True)
 class Experiment:
     """An experiment of the paper: ``build(size, smoke)`` returns its grid of runs.
 
@@ -98,6 +115,7 @@ class Experiment:
         other (``experiments.settings``), e.g. a setting against the paper's
     :param more_seeds: (variant, seeds) of the cells run at more seeds than ``full`` (the runner's default
         for them), e.g. a headline result whose 20 seeds cannot tell two methods apart
+    :param rate_grid: for a learning-rate grid, its tasks and rates (:class:`RateGrid`)
     """
 
     name: str
@@ -113,6 +131,7 @@ class Experiment:
     stored: tuple[str, ...] = ()
     compared_variants: tuple[tuple[str, str], ...] = ()
     more_seeds: tuple[tuple[str, int], ...] = ()
+    rate_grid: RateGrid | None = None
 
     def seeds_of(self, variant: str) -> int:
         """The full number of seeds of ``variant``: its :attr:`more_seeds`, else ``full.seeds``."""

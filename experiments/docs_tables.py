@@ -360,7 +360,7 @@ def generate(results: str | Path = RESULTS, superseded: str | Path | None = SUPE
         evaluations = held_out_table_of(experiment, results, files)
         if evaluations is not None:
             tables[f"held-out:{experiment}"] = evaluations
-        grid = lr_grid(_runs(experiment, results, files))
+        grid = lr_grid(get_experiment(experiment), _runs(experiment, results, files))
         if grid is not None:
             tables[f"lr-grid:{experiment}"] = grid
     return tables

@@ -1,19 +1,21 @@
-"""The learning rate of each method on each task of the language-model study, chosen on validation prompts.
+"""The learning rate of each method on each task of a grid experiment (``llm_grid``, ``agents_grid``).
 
-``llm_grid`` trains TPO and GRPO on every task at every rate of ``GRID_LEARNING_RATES`` and evaluates
-the greedy answers to validation prompts (no question of the train split, none of the test split) every
-10 updates. The score of a rate, :func:`selection_error`, is the validation error of the reward the task
-trains with (exact match for ``binary``, reasoning-gym's partial credit for ``native``) averaged over the
-last :data:`LAST_EVALUATIONS` evaluations and the seeds (one evaluation is 64 greedy answers: the mean of
-the last three smooths it). :func:`chosen_rates` takes, per task and method, the rate of the lowest score
-(a tie: the smaller rate); :func:`grid_table` prints every score with the choice (``python -m
-experiments.report llm_grid`` and ``experiments.docs_tables``' ``lr-grid:llm_grid``).
+A grid experiment (``Experiment.rate_grid``, :class:`experiments.core.RateGrid`) trains TPO and GRPO on
+every task at every rate and evaluates them on held-out items every 10 updates: ``llm_grid`` the greedy
+answers to validation prompts (no question of the train split, none of the test split), ``agents_grid``
+conversations on the env's fixed tasks. The score of a rate, :func:`selection_error`, is the validation
+error of the reward the task trains with (exact match or success for ``binary``, reasoning-gym's partial
+credit for ``native``) averaged over the last :data:`LAST_EVALUATIONS` evaluations and the seeds (the mean
+of the last three smooths one evaluation's noise). :func:`chosen_rates` takes, per task and method, the
+rate of the lowest score (a tie: the smaller rate); :func:`grid_table` prints every score with the choice
+(``python -m experiments.report <grid>`` and ``experiments.docs_tables``' ``lr-grid:<grid>``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from experiments.core import Experiment
 from experiments.runs import Runs
 
 __all__ = ["ERROR_OF_REWARD", "LAST_EVALUATIONS", "chosen_rates", "grid_rows", "grid_table", "lr_grid",
@@ -77,20 +79,19 @@ def grid_table(rows: list[dict[str, Any]], rates: tuple[float, ...]) -> str:
     return "\n".join(lines)
 
 
-def lr_grid(runs: dict[str, dict[str, Runs]]) -> str | None:
-    """The table of ``llm_grid``'s committed seeds, None where none has run."""
-    from experiments.definitions.llm import GRID_LEARNING_RATES, STUDY_TASKS, rate_label
-
-    rows = grid_rows(runs, STUDY_TASKS, GRID_LEARNING_RATES, rate_label)
+def lr_grid(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> str | None:
+    """The table of a grid experiment's committed seeds (its :attr:`~experiments.core.Experiment.rate_grid`),
+    None for another experiment or where none has run."""
+    grid = experiment.rate_grid
+    if grid is None:
+        return None
+    rows = grid_rows(runs, grid.tasks, grid.rates, grid.label)
     if not rows:
         return None
-    return grid_table(rows, GRID_LEARNING_RATES) + "\n\n" + _legend()
+    return grid_table(rows, grid.rates) + "\n\n" + _legend(grid.error)
 
 
-def _legend() -> str:
-    return (f"Validation error: 1 − the greedy answers' mean score (exact match, or the partial credit the "
-            f"task trains with) on 64 validation prompts, averaged over the last {LAST_EVALUATIONS} "
-            "evaluations (every 10 updates) and the seeds; chosen: the rate of the lowest (a tie: the "
-            "smaller rate), once every rate has run.")
-
-
+def _legend(error: str) -> str:
+    return (f"Validation error: {error}, averaged over the last {LAST_EVALUATIONS} evaluations (every 10 "
+            "updates) and the seeds; chosen: the rate of the lowest (a tie: the smaller rate), once every "
+            "rate has run.")

@@ -276,7 +276,7 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
     evaluations = held_out(runs, order)
     if evaluations:
         text += f"\nheld-out evaluations\n\n{evaluations}\n"
-    grid = lr_grid(runs)
+    grid = lr_grid(experiment, runs)
     if grid:
         text += f"\nlearning rates on validation prompts\n\n{grid}\n"
     summary = {"experiment": name, "paper": experiment.paper, "smoke": smoke, "rows": rows,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from experiments.core import Experiment, Grid, RunSpec, Size
+from experiments.core import Experiment, Grid, RateGrid, RunSpec, Size
 from experiments.definitions.llm import GRID_LEARNING_RATES, MAX_GRAD_NORM, rate_label
 from experiments.zoo import zoo_run
 
@@ -61,4 +61,8 @@ AGENTS_GRID = Experiment(
     stored=("eval/", "update/rollout/", "update/train/"),
     notes="eval/error = 1 - success rate of 2 sampled conversations on each of GuessNumber's 20 tasks, "
           "before training and every 10 updates; a rate per method is chosen on it.",
+    rate_grid=RateGrid({variant: (env_id, "binary") for variant, env_id in AGENT_ENVS.items()},
+                       GRID_LEARNING_RATES, rate_label,
+                       "1 − the success rate of 2 sampled conversations on each of the env's tasks "
+                       "(GuessNumber: its 20)"),
 )

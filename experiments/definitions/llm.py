@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from experiments.core import Experiment, Grid, RunSpec, Size
+from experiments.core import Experiment, Grid, RateGrid, RunSpec, Size
 from experiments.zoo import zoo_run
 
 ALGOS = ("tpo", "grpo")
@@ -111,6 +111,9 @@ LLM_GRID = Experiment(
     notes="eval/error = 1 - exact-match accuracy of greedy answers to 64 validation prompts (no question "
           "of the train split), before training and every 10 updates; a rate per task and method is "
           "chosen on it (experiments.lr_choice).",
+    rate_grid=RateGrid(STUDY_TASKS, GRID_LEARNING_RATES, rate_label,
+                       "1 − the greedy answers' mean score (exact match, or the partial credit the task "
+                       "trains with) on 64 validation prompts"),
 )
 
 

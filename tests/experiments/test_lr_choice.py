@@ -1,4 +1,4 @@
-"""The learning-rate choice of the language-model study (``experiments.lr_choice``) on hand-made seeds."""
+"""The learning-rate choice of the grid experiments (``experiments.lr_choice``) on hand-made seeds."""
 
 from __future__ import annotations
 
@@ -63,3 +63,19 @@ def test_rows_choose_the_lowest_error_of_the_trained_reward() -> None:
 
 def test_no_rows_without_grid_runs() -> None:
     assert grid_rows({"other": {"tpo": _cell([0.5] * 6, [0.5] * 6)}}, TASKS, RATES, label) == []
+
+
+def test_each_grid_experiment_tables_its_own_tasks() -> None:
+    """``lr_grid`` reads the experiment's ``rate_grid``: the agents grid's GuessNumber cells give its table
+    and legend, the language-model grid's tasks give none of them, an experiment without a grid None."""
+    from experiments.definitions import get_experiment
+    from experiments.lr_choice import lr_grid
+
+    curve = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5]
+    runs = {f"guess_number/{label(rate)}": {"tpo": _cell(curve, curve), "grpo": _cell(curve, curve)}
+            for rate in RATES}
+    table = lr_grid(get_experiment("agents_grid"), runs)
+    assert "| guess_number | tpo | exact match | 1 x 50 | 0.600 | 0.600 | 0.600 | 3e-06 |" in table
+    assert "2 sampled conversations on each of the env's tasks" in table
+    assert lr_grid(get_experiment("llm_grid"), runs) is None
+    assert lr_grid(get_experiment("terminal"), runs) is None

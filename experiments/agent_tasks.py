@@ -30,14 +30,19 @@ import numpy as np
 ENVS = ("GuessNumber", "Calculator")
 
 
-def shortcut(env: str, env_kwargs: dict[str, Any]) -> tuple[str, float]:
-    """The env's shortcut: (what it is, its exact success rate)."""
+def env_task(env: str, env_kwargs: dict[str, Any]) -> Any:
+    """The :class:`~tpo_gym.envs.multiturn.MultiTurnTask` of ``TPO/<env>-v0`` with ``env_kwargs`` (the
+    env's own error for bad kwargs)."""
     import gymnasium as gym
 
+    return gym.make(f"TPO/{env}-v0", **env_kwargs).unwrapped.task
+
+
+def shortcut(task: Any) -> tuple[str, float]:
+    """A multi-turn task's shortcut: (what it is, its exact success rate)."""
     from tpo_gym.envs import multiturn
 
-    task = gym.make(f"TPO/{env}-v0", **env_kwargs).unwrapped.task
-    if env == "GuessNumber":
+    if isinstance(task, multiturn.GuessNumberTask):
         return "reply-blind guesses", multiturn.reply_blind_success_rate(task.max_number, task.max_turns)
     answer, rate = multiturn.best_constant_answer(task.digits)
     return f"constant answer {answer}", rate
@@ -60,7 +65,7 @@ def measure(env: str, env_kwargs: dict[str, Any], policy_kwargs: dict[str, Any],
     episodes = batch.conversations
     success = np.array([episode.success for episode in episodes]).reshape(n_tasks, n_samples)
     turns = np.array([episode.turns for episode in episodes], dtype=float)
-    name, rate = shortcut(env, env_kwargs)
+    name, rate = shortcut(model.vector_env.unwrapped.task)
     return {
         "env": env, "env_kwargs": env_kwargs, "size": f"{n_tasks} x {n_samples}",
         "pass@1": float(success.mean()), f"pass@{n_samples}": mean_pass_at_k(success, n_samples),
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, name) < low:
                 raise ValueError(f"--{name} {getattr(args, name)}: use an integer >= {low}")
         env_kwargs = parse_config(args.env_kwargs, "--env-kwargs")
-        shortcut(args.env, env_kwargs)  # the env builds with these kwargs
+        env_task(args.env, env_kwargs)  # the env builds with these kwargs
         policy_kwargs = zoo_policy_kwargs("tpo", f"TPO/{args.env}-v0", parse_config(args.config))
     except (TypeError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

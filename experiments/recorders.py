@@ -28,6 +28,8 @@ member m's curves in the format of a single run, ``member_arrays()`` those of ev
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -340,7 +342,46 @@ RECORDERS: dict[str, type[CurveRecorder]] = {
 }
 
 
-class LLMEvalRecorder(CurveRecorder):
+class PolicyEvalRecorder(CurveRecorder):
+    """Curves plus evaluations of a single run's policy before the first update and after every
+    ``eval_every`` updates (a subclass sets ``eval_every`` and ``seed`` and defines :meth:`evaluate`), each
+    in evaluation mode with torch's RNG seeded with ``seed`` and restored afterwards
+    (:meth:`seeded_evaluation`), so evaluating changes neither the training run's samples nor its tasks."""
+
+    eval_every: int
+    seed: int
+
+    def _on_training_start(self) -> None:
+        if self.n_members != 1:
+            raise ValueError(f"{type(self).__name__} records single runs, got a model of {self.n_members} "
+                             "members")
+        self.evaluate()
+
+    def after_update(self, row: Row) -> None:
+        if self.updates_done % self.eval_every == 0:
+            self.evaluate()
+
+    @contextmanager
+    def seeded_evaluation(self) -> Iterator[Any]:
+        """The policy in evaluation mode under torch's RNG seeded with ``seed``; both restored after."""
+        policy = self.model.policy
+        training = policy.training
+        device = th.device(policy.device)
+        devices = [device.index or 0] if device.type == "cuda" else []
+        policy.set_training_mode(False)
+        try:
+            with th.random.fork_rng(devices=devices):
+                th.manual_seed(self.seed)
+                yield policy
+        finally:
+            policy.set_training_mode(training)
+
+    def evaluate(self) -> dict[str, float]:
+        """Evaluate the policy now, append the values (x = updates done) and return them."""
+        raise NotImplementedError
+
+
+class LLMEvalRecorder(PolicyEvalRecorder):
     """Language models (docs/llm.md, ``llm_study``): the training curves plus held-out evaluations on the
     first ``n_prompts`` items of the held-out ``split`` (``"validation"`` to choose settings, ``"test"`` to
     report; neither shares a question with the train split) of the run's task (``env_kwargs``, scored
@@ -356,9 +397,9 @@ class LLMEvalRecorder(CurveRecorder):
     train split on the same prompts, :func:`experiments.llm_tasks.shortcut`; the same at every
     evaluation), ``own_constant_error`` and ``own_constant_native_error`` (the same of the best constant
     of these prompts themselves, :func:`experiments.llm_tasks.held_out_constant`) and ``seconds``.
-    Generation runs in evaluation mode with torch's RNG seeded with ``seed`` and restored afterwards,
-    so evaluating changes neither the training run's samples nor its prompts.
-    Single runs only (an LLM policy has no populations)."""
+    Generation runs as :class:`PolicyEvalRecorder` says (evaluation mode, torch's RNG seeded with ``seed``
+    and restored), so evaluating changes neither the training run's samples nor its prompts. Single runs
+    only (an LLM policy has no populations)."""
 
     def __init__(self, env_kwargs: dict[str, Any], eval_every: int, n_prompts: int, n_samples: int = 0,
                  seed: int = 0, batch_rows: int = 64, split: str = "test") -> None:
@@ -383,15 +424,6 @@ class LLMEvalRecorder(CurveRecorder):
         self.own_constant = held_out_constant(env_kwargs, self.contexts, split)
         """The same for the best constant of the held-out prompts themselves."""
 
-    def _on_training_start(self) -> None:
-        if self.n_members != 1:
-            raise ValueError(f"LLMEvalRecorder records single runs, got a model of {self.n_members} members")
-        self.evaluate()
-
-    def after_update(self, row: Row) -> None:
-        if self.updates_done % self.eval_every == 0:
-            self.evaluate()
-
     def evaluate(self) -> dict[str, float]:
         """Evaluate the policy now on the held-out prompts, append the values (x = updates done) and
         return them."""
@@ -401,20 +433,11 @@ class LLMEvalRecorder(CurveRecorder):
         from tpo_gym.envs.text import SUCCESS_THRESHOLD
 
         start = time.perf_counter()
-        policy = self.model.policy
-        training = policy.training
-        device = th.device(policy.device)
-        devices = [device.index or 0] if device.type == "cuda" else []
-        policy.set_training_mode(False)
-        try:
-            with th.random.fork_rng(devices=devices):
-                th.manual_seed(self.seed)
-                greedy, answers, format_ok = sample_completions(policy, self.task, self.contexts, 1,
-                                                                greedy=True, batch_rows=self.batch_rows)
-                sampled = (sample_completions(policy, self.task, self.contexts, self.n_samples,
-                                              batch_rows=self.batch_rows)[0] if self.n_samples else None)
-        finally:
-            policy.set_training_mode(training)
+        with self.seeded_evaluation() as policy:
+            greedy, answers, format_ok = sample_completions(policy, self.task, self.contexts, 1, greedy=True,
+                                                            batch_rows=self.batch_rows)
+            sampled = (sample_completions(policy, self.task, self.contexts, self.n_samples,
+                                          batch_rows=self.batch_rows)[0] if self.n_samples else None)
         given = [str(a) if a is not None else None for a in answers[:, 0]]
         modal = max(given.count(a) for a in set(given)) / len(given)
         values = {"x": float(self.updates_done), "error": float(1 - (greedy >= SUCCESS_THRESHOLD).mean()),
@@ -437,7 +460,7 @@ class LLMEvalRecorder(CurveRecorder):
 RECORDERS["llm_eval"] = LLMEvalRecorder
 
 
-class AgentEvalRecorder(CurveRecorder):
+class AgentEvalRecorder(PolicyEvalRecorder):
     """Multi-turn envs (docs/agents.md): the training curves plus evaluations on fixed tasks: ``n_tasks``
     contexts of the env (all of them where it has no more; else the first ``n_tasks`` drawn with ``seed``),
     ``n_samples`` conversations each at the policy's temperature and one greedy conversation each, played
@@ -469,18 +492,8 @@ class AgentEvalRecorder(CurveRecorder):
             self.contexts = np.sort(task.sample_contexts(np.random.default_rng(seed), n_tasks))
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs)
         self.eval_every, self.n_samples, self.seed = eval_every, n_samples, seed
-        self.shortcut = shortcut(env_id.removeprefix("TPO/").removesuffix("-v0"), env_kwargs)
+        self.shortcut = shortcut(task)
         self._envs: dict[int, Any] = {}
-
-    def _on_training_start(self) -> None:
-        if self.n_members != 1:
-            raise ValueError(f"AgentEvalRecorder records single runs, got a model of {self.n_members} "
-                             "members")
-        self.evaluate()
-
-    def after_update(self, row: Row) -> None:
-        if self.updates_done % self.eval_every == 0:
-            self.evaluate()
 
     def _env(self, group_size: int) -> Any:
         """The evaluation's vector env of ``len(contexts)`` groups of ``group_size``."""
@@ -496,21 +509,12 @@ class AgentEvalRecorder(CurveRecorder):
         """Evaluate the policy now on the fixed tasks, append the values (x = updates done), return them."""
         import time
 
-        start = time.perf_counter()
-        mode, policy = self.model.mode, self.model.policy
-        training = policy.training
-        device = th.device(policy.device)
-        devices = [device.index or 0] if device.type == "cuda" else []
-        policy.set_training_mode(False)
-        try:
-            with th.random.fork_rng(devices=devices):
-                th.manual_seed(self.seed)
-                sampled = mode.play(self._env(self.n_samples), policy,
-                                    {"group_size": self.n_samples, "contexts": self.contexts})
-                greedy = mode.play(self._env(1), policy, {"group_size": 1, "contexts": self.contexts},
-                                   greedy=True)
-        finally:
-            policy.set_training_mode(training)
+        start, mode = time.perf_counter(), self.model.mode
+        with self.seeded_evaluation() as policy:
+            sampled = mode.play(self._env(self.n_samples), policy,
+                                {"group_size": self.n_samples, "contexts": self.contexts})
+            greedy = mode.play(self._env(1), policy, {"group_size": 1, "contexts": self.contexts},
+                               greedy=True)
         episodes = sampled.conversations
         turns = sum(episode.turns for episode in episodes)
         values = {"x": float(self.updates_done),

@@ -23,7 +23,12 @@ from dataclasses import replace
 from typing import Any
 
 from experiments.core import Experiment, Grid, RateGrid, RunSpec, Size
-from experiments.definitions.llm import GRID_LEARNING_RATES, MAX_GRAD_NORM, rate_label
+from experiments.definitions.llm import (
+    EVALUATED_CURVES,
+    GRID_LEARNING_RATES,
+    MAX_GRAD_NORM,
+    rate_label,
+)
 from experiments.zoo import zoo_run
 
 ALGOS = ("tpo", "grpo")
@@ -58,7 +63,7 @@ AGENTS_GRID = Experiment(
     name="agents_grid", paper="beyond the paper: a multi-turn agent (the learning rates of TPO and GRPO)",
     full=Size(1, 50), smoke=Size(1, 2), build=build_grid, metric="eval/error", threshold=None,
     panels=("eval/greedy_error", "update/error"), log_panels=(False,) * 3,
-    stored=("eval/", "update/rollout/", "update/train/"),
+    stored=EVALUATED_CURVES,
     notes="eval/error = 1 - success rate of 2 sampled conversations on each of GuessNumber's 20 tasks, "
           "before training and every 10 updates; a rate per method is chosen on it.",
     rate_grid=RateGrid({variant: (env_id, "binary") for variant, env_id in AGENT_ENVS.items()},

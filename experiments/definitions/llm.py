@@ -56,6 +56,9 @@ with partial credit (``native``) and two with sparse exact match (``binary``), c
 docs/llm.md; each split three ways with no question shared (:mod:`tpo_gym.envs.splits`)."""
 MAX_GRAD_NORM = 1.0
 """Gradient clipping of both methods (TRL's ``GRPOConfig`` default)."""
+EVALUATED_CURVES = ("eval/", "update/rollout/", "update/train/")
+"""What the seed files of an evaluated language-model experiment keep beside its metric: every held-out
+evaluation and the training batches' ``rollout/`` and ``train/`` values."""
 GRID_LEARNING_RATES = (3e-6, 1e-5, 3e-5)
 """AdamW learning rates of ``llm_grid``, the same for both methods."""
 GRID_EVAL = {"eval_every": 10, "n_prompts": 64, "n_samples": 0, "split": "validation"}
@@ -107,7 +110,7 @@ LLM_GRID = Experiment(
     name="llm_grid", paper="Section 3.8 (CPU-sized study: the learning rates of TPO and GRPO)",
     full=Size(1, 50), smoke=Size(1, 2), build=build_grid, metric="eval/error", threshold=None,
     panels=("eval/native_error", "update/error"), log_panels=(False,) * 3,
-    stored=("eval/", "update/rollout/", "update/train/"),
+    stored=EVALUATED_CURVES,
     notes="eval/error = 1 - exact-match accuracy of greedy answers to 64 validation prompts (no question "
           "of the train split), before training and every 10 updates; a rate per task and method is "
           "chosen on it (experiments.lr_choice).",
@@ -152,7 +155,7 @@ LLM_STUDY = Experiment(
     name="llm_study", paper="Section 3.8 (CPU-sized study: TPO against GRPO on three measured tasks)",
     full=Size(5, 100), smoke=Size(1, 2), build=build_study, metric="eval/error", threshold=None,
     panels=("eval/native_error", "update/error"), log_panels=(False,) * 3,
-    stored=("eval/", "update/rollout/", "update/train/"),
+    stored=EVALUATED_CURVES,
     notes="eval/error = 1 - exact-match accuracy of greedy answers to 64 test prompts (no question of the "
           "train or validation split), before training and every 10 updates; each method at the rate "
           "llm_grid chose for it on the validation split.",

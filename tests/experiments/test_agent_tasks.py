@@ -15,10 +15,11 @@ torch.set_num_threads(1)
 
 
 def test_shortcuts_are_the_env_s() -> None:
-    assert agent_tasks.shortcut("GuessNumber", {"max_number": 8, "max_turns": 3}) == (
-        "reply-blind guesses", reply_blind_success_rate(8, 3))
+    guess = agent_tasks.env_task("GuessNumber", {"max_number": 8, "max_turns": 3})
+    assert agent_tasks.shortcut(guess) == ("reply-blind guesses", reply_blind_success_rate(8, 3))
     answer, rate = best_constant_answer(2)
-    assert agent_tasks.shortcut("Calculator", {"digits": 2}) == (f"constant answer {answer}", rate)
+    calculator = agent_tasks.env_task("Calculator", {"digits": 2})
+    assert agent_tasks.shortcut(calculator) == (f"constant answer {answer}", rate)
 
 
 def test_the_row_counts_the_conversations_of_one_batch(tiny_llm_dir: str) -> None:

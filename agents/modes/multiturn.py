@@ -100,7 +100,8 @@ class MultiTurnMode(TextMode):
         playing, generated = list(range(env.num_envs)), 0
         while playing:
             rows = [contexts[i // k] + episodes[i].tokens for i in playing]
-            ids, mask = _left_padded(rows, policy.tokenizer.pad_token_id, prompt_ids.device)
+            ids, widths = pad_rows(rows, policy.tokenizer.pad_token_id, prompt_ids.device, left=True)
+            mask = (th.arange(ids.shape[1], device=ids.device) >= ids.shape[1] - widths[:, None]).long()
             turn = policy.generate_from(ids, mask, 1, greedy)
             lengths, actions = turn.completion_mask.sum(-1).tolist(), [""] * env.num_envs
             for row, i in enumerate(playing):
@@ -182,17 +183,6 @@ class MultiTurnMode(TextMode):
             "is_success": np.array([episode.success for episode in episodes]),
             "format_ok": batch.format_ok,
         }
-
-
-def _left_padded(rows: list[list[int]], pad_id: int, device: th.device) -> tuple[th.Tensor, th.Tensor]:
-    """Token rows as ``(ids [N, L], mask [N, L])`` left-padded with ``pad_id``, as generation takes them."""
-    width = max(len(row) for row in rows)
-    ids = th.full((len(rows), width), pad_id, dtype=th.long)
-    mask = th.zeros((len(rows), width), dtype=th.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row):] = th.tensor(row, dtype=th.long)
-        mask[i, width - len(row):] = 1
-    return ids.to(device), mask.to(device)
 
 
 def _info_of(infos: dict[str, Any], i: int) -> dict[str, Any]:

@@ -68,12 +68,16 @@ class Completions:
         return self.completion_mask if self.action_mask is None else self.action_mask
 
 
-def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Right-pad token lists into ``(ids [N, max len], lengths [N])`` (at least one column)."""
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device,
+             left: bool = False) -> tuple[Tensor, Tensor]:
+    """Right-pad (``left``: left-pad, as generation takes contexts) token lists into ``(ids [N, max len],
+    lengths [N])`` (at least one column)."""
     lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
-    ids = torch.full((len(rows), max(1, int(lengths.max()))), pad_id, dtype=torch.long)
+    width = max(1, int(lengths.max()))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        columns = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, columns] = torch.tensor(row, dtype=torch.long)
     return ids.to(device), lengths.to(device)
 
 

@@ -429,18 +429,30 @@ class LLMPolicy(BasePolicy):
         tokenizer = self.tokenizer
         if tokenizer.chat_template is None:
             return tokenizer(f"\n{reply}\n{self.prefill}", add_special_tokens=False)["input_ids"]
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
-        talk = [*system, {"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
-        before = tokenizer.apply_chat_template(talk, tokenize=False)
+        talk, before = self._talk_until_turn_end()
         after = tokenizer.apply_chat_template([*talk, {"role": "user", "content": reply}], tokenize=False,
                                               add_generation_prompt=True)
-        end = before.rfind(tokenizer.eos_token)
-        if end < 0 or not after.startswith(before[:end + len(tokenizer.eos_token)]):
+        if before is None or not after.startswith(before):
             raise ValueError(f"the chat template of {self.model_name!r} does not end an assistant message "
                              f"with the EOS {tokenizer.eos_token!r}: a reply cannot go between two turns")
-        text = after[end + len(tokenizer.eos_token):] + self.prefill
         close = [] if closed else [tokenizer.eos_token_id]
-        return close + tokenizer(text, add_special_tokens=False)["input_ids"]
+        return close + tokenizer(after[len(before):] + self.prefill, add_special_tokens=False)["input_ids"]
+
+    def _talk_until_turn_end(self) -> tuple[list[dict[str, str]], str | None]:
+        """A stand-in conversation (system?, user, assistant) and the chat template's text of it up to and
+        including the EOS that ends the assistant message (None where the template writes no EOS), the
+        same for every reply: kept per template."""
+        tokenizer = self.tokenizer
+        cached = getattr(self, "_turn_end", None)
+        if cached is not None and cached[0] == tokenizer.chat_template:
+            return cached[1], cached[2]
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
+        talk = [*system, {"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
+        text = tokenizer.apply_chat_template(talk, tokenize=False)
+        end = text.rfind(tokenizer.eos_token)
+        before = None if end < 0 else text[:end + len(tokenizer.eos_token)]
+        object.__setattr__(self, "_turn_end", (tokenizer.chat_template, talk, before))
+        return talk, before
 
     def sync_generator(self) -> None:
         """Push the current weights into the generation engine (vLLM); nothing to do for ``backend="hf"``."""

@@ -158,10 +158,7 @@ class MultiTurnMode(TextMode):
         logger.record("rollout/completion_length", policy_tokens / len(episodes))
         seconds = max(float(completions.seconds), 1e-9)
         logger.record("time/generation_tokens_per_s", completions.n_generated_tokens / seconds)
-        self._collections += 1
-        if self.sample_every > 0 and (self._collections - 1) % self.sample_every == 0:
-            logger.record("samples/completions", self.sample_table(batch),
-                          exclude=("stdout", "log", "json", "csv"))
+        self.record_samples(logger, batch)
 
     def sample_table(self, batch: MultiTurnBatch, n_prompts: int = 2) -> str:  # type: ignore[override]
         """A Markdown table of the first conversations of ``n_prompts`` tasks (TensorBoard's TEXT tab)."""

@@ -250,6 +250,10 @@ class TextMode(CollectionMode):
             logger.record("rollout/truncated_frac", float(completions.truncated.float().mean()))
         seconds = max(float(completions.seconds), 1e-9)
         logger.record("time/generation_tokens_per_s", completions.n_generated_tokens / seconds)
+        self.record_samples(logger, batch)
+
+    def record_samples(self, logger: Logger, batch: TextBatch) -> None:
+        """Every ``sample_every``-th collection from the first, :meth:`sample_table` as TensorBoard text."""
         self._collections += 1
         if self.sample_every > 0 and (self._collections - 1) % self.sample_every == 0:
             table = self.sample_table(batch)

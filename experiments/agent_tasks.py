@@ -35,6 +35,8 @@ def env_task(env: str, env_kwargs: dict[str, Any]) -> Any:
     env's own error for bad kwargs)."""
     import gymnasium as gym
 
+    import tpo_gym  # noqa: F401  (registers the envs)
+
     return gym.make(f"TPO/{env}-v0", **env_kwargs).unwrapped.task
 
 

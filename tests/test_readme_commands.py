@@ -145,6 +145,12 @@ COMMANDS: dict[str, Smoke | NotRun] = {
     "python train.py --algo tpo --env ReasoningGym -tb runs/": Smoke(
         LLM_TRAIN, writes="logs/tpo/TPO-ReasoningGym-v0_1/TPO-ReasoningGym-v0.hf/config.json", group="llm",
         stand_in=True, needs="reasoning_gym"),
+    "python train.py --algo tpo --env GuessNumber -tb runs/": Smoke(
+        "python train.py --algo tpo --env GuessNumber -tb runs/ -n 16 --env-kwargs max_turns:2",
+        writes="logs/tpo/TPO-GuessNumber-v0_1/TPO-GuessNumber-v0.hf/config.json", stand_in=True),
+    "python -m experiments.agent_tasks --env GuessNumber --tasks 4 --samples 8": Smoke(
+        "python -m experiments.agent_tasks --env GuessNumber --tasks 1 --samples 2 --env-kwargs max_turns:2 "
+        "--config model:{model} max_new_tokens:4", prints="| `TPO/GuessNumber-v0` | max_turns=2 | 1 x 2 |"),
     "python -m tpo_agents.evaluate --algo tpo --env ReasoningGym -f logs/ -n 100 --pass-k 8": Smoke(
         "python -m tpo_agents.evaluate --algo tpo --env ReasoningGym -f logs/ -n 2 --pass-k 2",
         prints="2 eval items: greedy mean score", group="llm", before=(LLM_TRAIN,), stand_in=True,

@@ -1,4 +1,4 @@
-"""Train an agent on a ``TPO/`` env from YAML hyperparameters (RL-Zoo style); see ``agents/zoo/``.
+"""Train an agent on a ``TPO/`` env from YAML hyperparameters (RL-Zoo style); see ``tpo_agents/zoo/``.
 
 Example: ``python train.py --algo tpo --env TokenReversal --hyperparams zoo_configs/``
 """

@@ -15,8 +15,8 @@ Token-level TPO, one update:
 
     python examples/tpo_token_reversal.py --updates 1000
 
-The model is the library's causal transformer (``agents/policies/transformer.py``) with its parameters
-in the same flax layout and names, the optimizer the library's MuonAdam (``agents/policies/optim.py``).
+The model is the library's causal transformer (``tpo_agents/policies/transformer.py``) with its parameters
+in the same flax layout and names, the optimizer the library's MuonAdam (``tpo_agents/policies/optim.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reproduce the paper's experiments with the zoo's agents (``agents/``) and envs (``tpo_gym``).
+"""Reproduce the paper's experiments with the zoo's agents (``tpo_agents/``) and envs (``tpo_gym``).
 
 ``python -m experiments.run <experiment>`` runs the seeds, on this machine or a Ray cluster
 (``--launcher ray``), into the committed per-seed files ``results/paper/``;

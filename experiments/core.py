@@ -1,6 +1,6 @@
 """What an experiment is (a table of runs, repeated over seeds) and where each seed's curves live on disk.
 
-An experiment is a table of runs (variant x algorithm), each run an agent of ``agents/`` on a ``tpo_gym``
+An experiment is a table of runs (variant x algorithm), each run an agent of ``tpo_agents/`` on a ``tpo_gym``
 env, repeated over seeds.
 
 A ``RunSpec`` names the algorithm by its zoo name (``tpo_agents.zoo.registry``: ``tpo``, ``grpo_no_kl``,

@@ -141,7 +141,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     start, cpu_start = time.perf_counter(), time.process_time()
     model = build_model(spec, first.seed, len(job), first.device)
     recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
-    # the fused engine computes train/ diagnostics and rollout/ values only for a callback that asks
+    # a fast collector computes train/ diagnostics and rollout/ values only for a callback that asks
     recorder.wants_train_diagnostics = needs_train_diagnostics(first.curves)
     recorder.wants_rollout_metrics = recorder.wants_rollout_metrics and needs_rollout_metrics(first.curves)
     model.learn(n_iterations=spec.n_updates, callback=recorder, log_interval=0)

@@ -1,4 +1,4 @@
-"""SB3 callbacks that record the paper's curves while an agent of ``agents/`` learns.
+"""SB3 callbacks that record the paper's curves while an agent of ``tpo_agents/`` learns.
 
 Every recorder keeps one row per update and only records: the runner stops training after the run's
 number of updates (``learn(n_iterations=...)``). ``_on_rollout_end`` fires after the batch is collected
@@ -253,7 +253,7 @@ class TabularMultiRecorder(CurveRecorder):
     where ``1 - pi`` would not. The cosine runs in float64 (:class:`MemberCosines`): Delta z is the exact
     difference of the two float32 tables and the CE direction its float32 value, written straight into
     the float64 rows (no float32 temporaries); rounding the vectors perturbs ``1 - cos`` quadratically,
-    rounding its sums linearly. It records no ``rollout/`` values (the fused engine then computes none):
+    rounding its sums linearly. It records no ``rollout/`` values (a fast collector then computes none):
     the error before update t is the one after t - 1."""
 
     wants_rollout_metrics = False

@@ -15,9 +15,8 @@ import pytest
 from tests.test_readme import code_and_links
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The project's import names and their folders in the checkout.
-PACKAGES = {"tpo_agents": "agents", "tpo_gym": "tpo_gym", "experiments": "experiments",
-            "benchmarks": "benchmarks"}
+#: The project's import names (each its folder in the checkout).
+PACKAGES = ("tpo_agents", "tpo_gym", "experiments", "benchmarks")
 #: A dotted name of the project inside a code span: ``tpo_agents.losses.tpo_loss``, not a path's part.
 NAME = re.compile(rf"(?<![\w./-])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -38,7 +37,7 @@ def doc_names() -> dict[str, list[str]]:
 def module_file(dotted: str) -> Path | None:
     """The checkout's file of the module ``dotted`` (a package's ``__init__.py``), None if there is none."""
     first, *rest = dotted.split(".")
-    path = ROOT / PACKAGES[first]
+    path = ROOT / first
     for part in rest:
         path = path / part
     if (path / "__init__.py").is_file():

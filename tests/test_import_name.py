@@ -1,5 +1,5 @@
 """The import name ``tpo_agents`` beside the OpenAI Agents SDK, whose import name is ``agents``: the SDK and
-the zoo in one environment, the old name inside a checkout, and zips saved under the old name."""
+the zoo in one environment, and zips and YAML paths written under the package's former name."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_the_sdk_and_the_zoo_in_one_process(tmp_path: Path, sdk_env: dict[str, s
 
 @pytest.mark.slow
 def test_train_py_beside_the_sdk(tmp_path: Path, sdk_env: dict[str, str]) -> None:
-    """``python train.py`` from the checkout (whose ``agents/`` folder is then on ``sys.path``)."""
+    """``python train.py`` from the checkout, the SDK first on ``sys.path``."""
     command = [sys.executable, str(ROOT / "train.py"), "--algo", "tpo", "--env", "TokenReversal", "-n", "24",
                "-f", str(tmp_path / "logs"), "--seed", "0", "--verbose", "0", "--eval-freq", "-1",
                "-params", "batch_size:4", "group_size:2", "--env-kwargs", "sequence_length:3"]  # fmt: skip
@@ -63,19 +63,6 @@ def test_train_py_beside_the_sdk(tmp_path: Path, sdk_env: dict[str, str]) -> Non
     assert out.returncode == 0, out.stderr[-2000:]
     assert python("from agents import Agent, Runner; print(Runner.__module__)", tmp_path, sdk_env) == "agents"
 
-
-@pytest.mark.slow
-def test_the_old_name_in_a_checkout() -> None:
-    """In the checkout's root the folder is importable as ``agents``: one package, one copy of each class."""
-    code = ("import agents, tpo_agents, tpo_agents.tpo\n"
-            "from agents import TPO\n"
-            "assert TPO is tpo_agents.TPO is tpo_agents.tpo.TPO\n"
-            "import sys; assert sys.modules['agents'] is tpo_agents\n"
-            "print(sorted(m for m in sys.modules if m.startswith('agents.')))")  # fmt: skip
-    assert python(code, ROOT) == "[]"  # sys.modules["agents"] is the tpo_agents package
-    out = subprocess.run([sys.executable, "-m", "agents.evaluate", "--help"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    assert out.returncode == 0 and "usage:" in out.stdout
 
 
 @pytest.mark.slow

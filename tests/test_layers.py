@@ -1,6 +1,6 @@
 """The architecture's arrows (docs: design): no import circle among the modules of ``agents`` (its
 subpackages included) nor of ``experiments``, ``tpo_gym`` never reaches ``agents``, the losses reach nothing
-of the project but the memory layout (``agents/layout.py``), which imports nothing of it. The arrows hold
+of the project but the memory layout (``tpo_agents/layout.py``), which imports nothing of it. The arrows hold
 through any chain of imports; every import statement counts, also one inside a function or relative."""
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ def test_the_cycle_finder_finds_one():
 
 def test_envs_never_import_agents_and_losses_import_nothing_of_the_project_but_the_layout():
     for path in (ROOT / "tpo_gym").rglob("*.py"):
-        assert not any(name.split(".")[0] in {"agents", "tpo_agents"} for name in imports(path)), path
-    project = {"agents", "tpo_agents", "tpo_gym", "experiments", "benchmarks"}
-    assert not {name.split(".")[0] for name in imports(ROOT / "agents" / "layout.py")} & project
-    for path in (ROOT / "agents" / "losses").glob("*.py"):
+        assert not any(name.split(".")[0] in {"tpo_agents"} for name in imports(path)), path
+    project = {"tpo_agents", "tpo_gym", "experiments", "benchmarks"}
+    assert not {name.split(".")[0] for name in imports(ROOT / "tpo_agents" / "layout.py")} & project
+    for path in (ROOT / "tpo_agents" / "losses").glob("*.py"):
         of_project = {name for name in imports(path) if name.split(".")[0] in project}
         assert all(name.startswith(("tpo_agents.layout", "tpo_agents.losses")) for name in of_project), \
             (path, of_project)
@@ -113,20 +113,20 @@ def test_the_learn_loop_imports_no_policy_fast_collector_or_allocator():
     the allocator's settings only through the base class and the entry points: its own imports name none
     of them, nor an env."""
     banned = ("tpo_agents.policies", "tpo_agents.fast_collectors", "tpo_agents.allocator", "tpo_gym")
-    assert not [name for name in imports(ROOT / "agents" / "learn_loop.py") if name.startswith(banned)]
+    assert not [name for name in imports(ROOT / "tpo_agents" / "learn_loop.py") if name.startswith(banned)]
 
 
-#: The project's import roots: the import name of each top-level folder.
-ROOTS = {"agents": "tpo_agents", "tpo_gym": "tpo_gym"}
+#: The project's import roots (each a top-level folder).
+ROOTS = ("tpo_agents", "tpo_gym")
 
 
 def project_modules() -> dict[str, tuple[Path, str]]:
-    """Every module of ``agents`` (as ``tpo_agents``) and ``tpo_gym``, subpackages included: its dotted
+    """Every module of ``tpo_agents`` and ``tpo_gym``, subpackages included: its dotted
     name -> (its file, the package it lies in). A package is its ``__init__``, named by the package."""
     modules = {}
-    for folder, name in ROOTS.items():
-        for path in (ROOT / folder).rglob("*.py"):
-            parts = (name, *path.relative_to(ROOT / folder).with_suffix("").parts)
+    for name in ROOTS:
+        for path in (ROOT / name).rglob("*.py"):
+            parts = (name, *path.relative_to(ROOT / name).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
                 package = ".".join(parts)

@@ -18,7 +18,7 @@ from tpo_agents.zoo.hyperparams import PROJECT_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What the wheel is built from, copied: setuptools would put a stale ``build/lib`` of the checkout into it.
-SOURCES = ("pyproject.toml", "README.md", "tpo_gym", "agents", "tpo_agents")
+SOURCES = ("pyproject.toml", "README.md", "tpo_gym", "tpo_agents")
 #: The environment of the installed command: no checkout on ``PYTHONPATH``, no user site, one thread.
 CLEAN_ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONNOUSERSITE": "1",
              "OMP_NUM_THREADS": "1"}  # fmt: skip
@@ -30,9 +30,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
     for name in SOURCES:
         path = ROOT / name
-        if path.is_symlink():
-            (src / name).symlink_to(os.readlink(path))
-        elif path.is_dir():
+        if path.is_dir():
             shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(path, src / name)

@@ -29,7 +29,8 @@ def code_and_links(text: str) -> list[str]:
 
 def named_paths(text: str) -> set[str]:
     """The repository paths README names: the words of its code and links whose first part is an entry of
-    the repository's root (``agents/zoo/cli.py``, ``train.py``), less the run outputs of :data:`OUTPUTS`."""
+    the repository's root (``tpo_agents/zoo/cli.py``, ``train.py``), less the run outputs of
+    :data:`OUTPUTS`."""
     roots = {path.name for path in ROOT.iterdir()}
     words = {word.rstrip(".:").removeprefix("./") for span in code_and_links(text)
              for word in re.split(r"[\s\"'(),;=|]+", span)}  # fmt: skip
@@ -39,8 +40,8 @@ def named_paths(text: str) -> set[str]:
 
 def test_every_path_the_readme_names_exists() -> None:
     paths = named_paths(README)
-    assert {".ci/run", "docs/llm.md", "zoo_configs/", "train.py", "agents/zoo/", "agents/learn_loop.py",
-            "agents/zoo/configs/"} <= paths
+    assert {".ci/run", "docs/llm.md", "zoo_configs/", "train.py", "tpo_agents/zoo/",
+            "tpo_agents/learn_loop.py", "tpo_agents/zoo/configs/"} <= paths
     assert not [path for path in sorted(paths) if not any(ROOT.glob(path.rstrip("/")))]
 
 

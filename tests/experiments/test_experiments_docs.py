@@ -62,20 +62,21 @@ def test_readme_holds_the_layout_of_the_modules():
 def test_layout_table_lists_every_module_with_its_docstring(tmp_path):
     """A package's row, a row per module, a row per subpackage naming its modules; the first paragraph of
     each docstring on one line, its reST roles as code; a module without a docstring is an error."""
-    for package in ("tpo_gym", "agents", "experiments", "benchmarks"):
+    for package in ("tpo_gym", "tpo_agents", "experiments", "benchmarks"):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text(f'"""The {package} package."""\n')
-    (tmp_path / "agents" / "tpo.py").write_text('"""Target Policy\nOptimization.\n\nMore."""\n')
-    (tmp_path / "agents" / "modes").mkdir()
-    (tmp_path / "agents" / "modes" / "__init__.py").write_text('"""Modes of :mod:`tpo_agents.rollout`."""\n')
-    (tmp_path / "agents" / "modes" / "token.py").write_text('"""Token | mode."""\n')
-    (tmp_path / "agents" / "zoo_configs").mkdir()  # a folder without __init__.py: not a package
+    (tmp_path / "tpo_agents" / "tpo.py").write_text('"""Target Policy\nOptimization.\n\nMore."""\n')
+    modes = tmp_path / "tpo_agents" / "modes"
+    modes.mkdir()
+    (modes / "__init__.py").write_text('"""Modes of :mod:`tpo_agents.rollout`."""\n')
+    (modes / "token.py").write_text('"""Token | mode."""\n')
+    (tmp_path / "tpo_agents" / "zoo_configs").mkdir()  # a folder without __init__.py: not a package
     rows = layout_table(tmp_path).splitlines()[2:]
     assert rows == [
         "| `tpo_gym/` | The tpo_gym package. |",
-        "| `agents/` | The agents package. |",
-        "| `agents/modes/` | Modes of `tpo_agents.rollout`. Modules: `token.py`. |",
-        "| `agents/tpo.py` | Target Policy Optimization. |",
+        "| `tpo_agents/` | The tpo_agents package. |",
+        "| `tpo_agents/modes/` | Modes of `tpo_agents.rollout`. Modules: `token.py`. |",
+        "| `tpo_agents/tpo.py` | Target Policy Optimization. |",
         "| `experiments/` | The experiments package. |",
         "| `benchmarks/` | The benchmarks package. |",
     ]

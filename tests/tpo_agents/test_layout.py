@@ -1,4 +1,4 @@
-"""Tests of agents/layout.py: the action-major layout and the softmaxes over its last axis."""
+"""Tests of tpo_agents/layout.py: the action-major layout and the softmaxes over its last axis."""
 
 import math
 

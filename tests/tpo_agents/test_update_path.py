@@ -16,9 +16,9 @@ from tpo_agents.modes import ExactView, GroupView, SampleView
 
 th.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
-LEARN_LOOP_AND_MODES = [ROOT / "agents" / "learn_loop.py", ROOT / "agents" / "base_class.py",
-                        ROOT / "agents" / "mode_choice.py",
-                        *sorted((ROOT / "agents" / "modes").glob("*.py"))]  # fmt: skip
+LEARN_LOOP_AND_MODES = [ROOT / "tpo_agents" / "learn_loop.py", ROOT / "tpo_agents" / "base_class.py",
+                        ROOT / "tpo_agents" / "mode_choice.py",
+                        *sorted((ROOT / "tpo_agents" / "modes").glob("*.py"))]  # fmt: skip
 
 
 def string_built_lookups(path: Path) -> list[int]:
@@ -46,9 +46,9 @@ def test_the_finder_finds_one(tmp_path: Path) -> None:
 
 def test_the_modes_never_import_the_algorithms_and_the_learn_loop_not_the_fast_collectors() -> None:
     algorithms = {"tpo_agents.learn_loop", "tpo_agents.base_class", "tpo_agents.fast_collectors"}
-    for path in (ROOT / "agents" / "modes").glob("*.py"):
+    for path in (ROOT / "tpo_agents" / "modes").glob("*.py"):
         assert not algorithms & imports(path), path
-    learn_loop = imports(ROOT / "agents" / "learn_loop.py")
+    learn_loop = imports(ROOT / "tpo_agents" / "learn_loop.py")
     assert not any(name.startswith("tpo_agents.fast_collectors") for name in learn_loop)
 
 

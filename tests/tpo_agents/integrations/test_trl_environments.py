@@ -1,6 +1,7 @@
-"""The multi-turn envs as TRL environments (agents/integrations/trl_environments.py): each tool is one turn of
-the env; through ``environment_factory`` TRL's tool loop plays them, masks their replies (``tool_mask``) and
-scores each rollout with ``get_reward``, for ``TargetPOTrainer`` and stock ``GRPOTrainer`` alike."""
+"""The multi-turn envs as TRL environments (tpo_agents/integrations/trl_environments.py): each tool is
+one turn of the env; through ``environment_factory`` TRL's tool loop plays them, masks their replies
+(``tool_mask``) and scores each rollout with ``get_reward``, for ``TargetPOTrainer`` and stock
+``GRPOTrainer`` alike."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TargetPOTrainer (agents/integrations/trl.py): TRL's GRPOTrainer with TPO's update.
+"""TargetPOTrainer (tpo_agents/integrations/trl.py): TRL's GRPOTrainer with TPO's update.
 
 Contract: on the same per-token log-probs, masks and scores, the trainer's loss and gradient equal
 ``tpo_agents.losses``' to 1e-6; groups stay whole (group shuffling, micro-batch checks, config errors); a

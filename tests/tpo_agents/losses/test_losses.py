@@ -1,4 +1,4 @@
-"""Tests of agents/losses/ against hand-computed values and the paper's closed forms."""
+"""Tests of tpo_agents/losses/ against hand-computed values and the paper's closed forms."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Checkpoints of LLM policies (agents/policies/llm_checkpoint.py): a ``save_pretrained`` folder beside a
+"""Checkpoints of LLM policies (tpo_agents/policies/llm_checkpoint.py): a ``save_pretrained`` folder beside a
 small SB3 zip; ``TPO.load`` and the zoo's evaluate load the pair, transformers loads the folder alone, the
 optimizer state is optional and the KL reference stays the original weights. Weight files get the mode of
 the other saved files, and a LoRA checkpoint records a base that ``from_pretrained`` and PEFT resolve (a

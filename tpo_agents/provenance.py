@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-"""The checkout's root (the folder above ``agents/``)."""
-CODE_PATHS = ("agents", "tpo_gym")
+"""The checkout's root (the folder above ``tpo_agents/``)."""
+CODE_PATHS = ("tpo_agents", "tpo_gym")
 """The folders whose uncommitted edits mark the commit ``+dirty``: the code that trains."""
 
 

@@ -1,4 +1,4 @@
-"""The multi-turn envs as TRL environments (tpo_agents/integrations/trl_environments.py): each tool is
+"""The multi-turn envs as TRL environments (tpo_agents/integrations/env_tools.py): each tool is
 one turn of the env; through ``environment_factory`` TRL's tool loop plays them, masks their replies
 (``tool_mask``) and scores each rollout with ``get_reward``, for ``TargetPOTrainer`` and stock
 ``GRPOTrainer`` alike."""
@@ -19,7 +19,7 @@ pytest.importorskip("datasets")
 import trl  # noqa: E402
 
 from tpo_agents.integrations import trl as tpo_trl  # noqa: E402
-from tpo_agents.integrations.trl_environments import (  # noqa: E402
+from tpo_agents.integrations.env_tools import (  # noqa: E402
     ENDED,
     CalculatorTools,
     GuessNumberTools,

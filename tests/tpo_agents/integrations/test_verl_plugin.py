@@ -466,8 +466,10 @@ def test_dataset_rows_hold_verl_columns_and_the_env_prompts():
 
 @needs_rg
 def test_dataset_rows_errors():
-    with pytest.raises(ValueError, match="is not a text env"):
+    with pytest.raises(ValueError, match="is neither a text env nor a multi-turn env"):
         tv.dataset_rows("TPO/TokenCopy-v0")
+    with pytest.raises(ValueError, match="'GuessNumber' is a multi-turn env: its rows are environment_rows'"):
+        tv.dataset_rows("GuessNumber")
     with pytest.raises(ValueError, match="writes both splits"):
         tv.dataset_rows("GraphColor", {"split": "test"})
 

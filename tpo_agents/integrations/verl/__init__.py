@@ -1,7 +1,8 @@
-"""TPO as a verl plugin (verl 0.9.x): the ``"tpo"`` estimator and loss, checks, reward, data export.
+"""TPO as a verl plugin (verl 0.9.x): the ``"tpo"`` estimator and loss, checks, rewards, data export, tools.
 
-The advantage estimator and policy loss ``"tpo"``, a config validator, a reasoning-gym reward function
-and a parquet exporter for the text envs.
+The advantage estimator and policy loss ``"tpo"``, a config validator, reward functions (reasoning-gym
+items, multi-turn episodes), a parquet exporter for the text and multi-turn envs, and the multi-turn envs
+as tools of verl's ``ToolAgentLoop``.
 
 Target Policy Optimization (arXiv 2604.06159, Sec. 2) in verl's notation. For a prompt x, verl's
 rollout draws K = ``actor_rollout_ref.rollout.n`` completions y_1..y_K with scores s_i (the sum of the
@@ -16,8 +17,9 @@ Modules, one job each:
 * :mod:`.settings`: eta and the log-score in verl's own config (``policy_loss.tpo_eta``,
   ``policy_loss.tpo_logscore`` through the ``_target_`` :class:`~.settings.TPOPolicyLossConfig`);
 * :mod:`.checks`: the config validator (row layout, batch sizes, settings);
-* :mod:`.reward`: ``compute_score`` for exported text-env rows;
-* :mod:`.data`: the parquet exporter;
+* :mod:`.reward`: ``compute_score`` for exported text-env rows, ``episode_score`` for multi-turn rows;
+* :mod:`.data`: the parquet exporter (and a multi-turn env's ``tools.yaml``);
+* :mod:`.tools`: ``EnvTool``, one tool of a multi-turn env for verl's ``ToolAgentLoop`` (imports verl);
 * :mod:`.cli`: ``python -m tpo_agents.integrations.verl check|export``.
 
 Loading. ``pip install -e ".[verl]"`` registers this package under the ``verl.plugins`` entry point,
@@ -34,9 +36,9 @@ from typing import Any
 
 from .checks import NAME, VERL_DEFAULTS, check_config, config_errors, load_config
 from .cli import main
-from .data import dataset_rows, export_dataset
+from .data import dataset_rows, environment_rows, export_dataset, tools_config
 from .loss import compute_tpo_advantage, compute_tpo_policy_loss, contiguous_groups, row_advantages
-from .reward import compute_score
+from .reward import compute_score, episode_score
 from .settings import TARGET, tpo_settings
 
 __all__ = [
@@ -50,11 +52,14 @@ __all__ = [
     "config_errors",
     "contiguous_groups",
     "dataset_rows",
+    "environment_rows",
+    "episode_score",
     "export_dataset",
     "load_config",
     "main",
     "register",
     "row_advantages",
+    "tools_config",
     "tpo_settings",
 ]
 

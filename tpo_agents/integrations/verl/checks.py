@@ -5,8 +5,10 @@ The loss takes rows ``[j*K, (j+1)*K)`` of a micro-batch as group j. verl's legac
 through the data-parallel split, the mini-batches and the micro-batches as long as
 ``trainer.balance_batch=false``, ``use_dynamic_bsz=false``, ``actor.shuffle=false`` and every per-GPU
 mini/micro-batch is a multiple of K rows; the v1 trainer always rebalances rows by length and is
-refused. :func:`config_errors` checks all of this, ``actor.rollout_n`` = ``rollout.n``, and TPO's
-settings in the policy-loss node (:mod:`tpo_agents.integrations.verl.settings`).
+refused. :func:`config_errors` checks all of this, ``actor.rollout_n`` = ``rollout.n``, TPO's
+settings in the policy-loss node (:mod:`tpo_agents.integrations.verl.settings`), and that a tool config of
+a multi-turn env's tools (:class:`~tpo_agents.integrations.verl.tools.EnvTool`) goes with the reward that
+reads their episodes (``episode_score``).
 """
 
 from __future__ import annotations
@@ -297,7 +299,35 @@ def config_errors(config: Mapping[str, Any]) -> list[str]:
         errors.append(f"{_ACTOR}.rollout_n={actor_n}: must equal actor_rollout_ref.rollout.n={k} (the loss "
                       f"reads its group size K from it); leave it to verl's default ${{oc.select:...}}")
     errors.extend(_settings_errors(config))
+    errors.extend(_tool_errors(config))
     return errors
+
+
+ENV_TOOL = "tpo_agents.integrations.verl.tools.EnvTool"
+"""The class name of a multi-turn env's tool in a verl tool config."""
+
+
+def _tool_errors(config: Mapping[str, Any]) -> list[str]:
+    """A tool config that names :data:`ENV_TOOL` needs the reward ``episode_score`` (the episode's return);
+    a tool config that cannot be read is reported."""
+    import yaml
+
+    key = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
+    path = _get(config, key, None)
+    if not path:
+        return []
+    try:
+        tools = (yaml.safe_load(Path(path).read_text()) or {}).get("tools") or []
+    except (OSError, yaml.YAMLError, AttributeError) as err:
+        return [f"{key}={path!r}: cannot read it as a verl tool config ({type(err).__name__})"]
+    if not any(isinstance(tool, Mapping) and tool.get("class_name") == ENV_TOOL for tool in tools):
+        return []
+    name = _get(config, "reward.custom_reward_function.name", None)
+    if name != "episode_score":
+        return [f"reward.custom_reward_function.name={name!r}: the tools of {path} play a multi-turn env, "
+                f"whose reward is the episode's return: set it to 'episode_score' (and "
+                f"reward.custom_reward_function.path=pkg://tpo_agents.integrations.verl)"]
+    return []
 
 
 def check_config(config: Mapping[str, Any]) -> None:

@@ -1,7 +1,9 @@
-"""verl's ``custom_reward_function`` for the exported text envs: :func:`compute_score`.
+"""verl's ``custom_reward_function`` for the exported envs: :func:`compute_score` (text envs) and
+:func:`episode_score` (multi-turn envs played through :class:`~tpo_agents.integrations.verl.tools.EnvTool`).
 
-``reward.custom_reward_function.path=pkg://tpo_agents.integrations.verl`` and ``name=compute_score``; each
-process rebuilds a split's reasoning-gym task once (cached under a lock).
+``reward.custom_reward_function.path=pkg://tpo_agents.integrations.verl`` and ``name=compute_score`` (or
+``episode_score``); for ``compute_score`` each process rebuilds a split's reasoning-gym task once (cached
+under a lock).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SPLITS", "compute_score"]
+__all__ = ["EPISODE", "SPLITS", "compute_score", "episode_score"]
 
 _TASKS: dict[tuple[str, str], Any] = {}
 _TASKS_LOCK = threading.Lock()
 SPLITS = {"train": "train", "test": "test"}
+EPISODE = "tpo_episode"
+"""The key of a trajectory's episode in ``extra_info`` (verl merges the agent loop's ``extra_fields`` in)."""
 
 
 def _task(env_kwargs_json: str, split: str) -> Any:
@@ -72,3 +76,34 @@ def compute_score(
     score, _, format_ok = score_completion(task.dataset, entry, solution_str, mode)
     return {"score": float(score), "format_ok": float(format_ok),
             "is_success": float(score >= SUCCESS_THRESHOLD)}
+
+
+def episode_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str | None,
+    extra_info: Mapping[str, Any] | None = None,
+    **unused: Any,
+) -> dict[str, float]:
+    """verl ``custom_reward_function`` of a multi-turn env's rows: the return of the trajectory's episode.
+
+    ``extra_info`` holds the row's ``env_id`` (written by the exporter) and, once a tool was called, the
+    episode :class:`~tpo_agents.integrations.verl.tools.EnvTool` kept under :data:`EPISODE` (verl's reward
+    managers merge the agent loop's ``extra_fields`` into it). A trajectory that called no tool scores 0.
+    Returns ``{"score", "is_success" (return >= 1: solved), "env_turns" (tool calls the env played)}``.
+    Raises a one-line ``ValueError`` for a row that was not exported for a multi-turn env, or an episode of
+    another env or task than the row's.
+    """
+    info = dict(extra_info or {})
+    env_id = info.get("env_id")
+    if env_id is None or "context" not in info:
+        raise ValueError(f"extra_info lacks env_id or context (data_source={data_source!r}): export the "
+                         f"data with `python -m tpo_agents.integrations.verl export --env <multi-turn env>`")
+    episode = info.get(EPISODE)
+    if not episode:
+        return {"score": 0.0, "is_success": 0.0, "env_turns": 0.0}
+    if (episode["env_id"], int(episode["context"])) != (env_id, int(info["context"])):
+        raise ValueError(f"the episode is of {episode['env_id']} task {episode['context']}, the row of "
+                         f"{env_id} task {info['context']}")
+    score = float(episode["return"])
+    return {"score": score, "is_success": float(score >= 1.0), "env_turns": float(len(episode["calls"]))}

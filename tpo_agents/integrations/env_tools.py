@@ -1,11 +1,12 @@
-"""The multi-turn ``TPO/`` envs as TRL environments: ``GRPOTrainer(environment_factory=...)`` and
-:class:`~tpo_agents.integrations.trl.TargetPOTrainer` train on them through tool calls.
+"""The multi-turn ``TPO/`` envs as tool sets, one definition for TRL and verl: each tool is one turn of a
+:class:`tpo_gym.envs.multiturn.MultiTurnEnv`, written in the env's own tags.
 
-TRL 1.16's ``environment_factory`` builds one environment per rollout, exposes its public methods as
-tools (JSON schemas from their type hints and docstrings), calls ``reset(**row)`` with the dataset row
-before each rollout and ``get_reward()`` once the rollout is over, and masks each tool's reply out of the
-loss (``tool_mask``; :class:`TargetPOTrainer` reads it as GRPO does). Here each tool is one turn of a
-:class:`tpo_gym.envs.multiturn.MultiTurnEnv`, written in the env's own tags:
+TRL 1.16's ``environment_factory`` (``GRPOTrainer(environment_factory=...)`` and
+:class:`~tpo_agents.integrations.trl.TargetPOTrainer`) builds one of these per rollout, exposes its public
+methods as tools (JSON schemas from their type hints and docstrings), calls ``reset(**row)`` with the
+dataset row before each rollout and ``get_reward()`` once the rollout is over, and masks each tool's reply
+out of the loss (``tool_mask``; :class:`TargetPOTrainer` reads it as GRPO does). verl's ``ToolAgentLoop``
+calls the same methods through :class:`tpo_agents.integrations.verl.tools.EnvTool`.
 
 * :class:`GuessNumberTools` (``TPO/GuessNumber-v0``): ``guess(number)`` plays ``<guess>number</guess>``;
 * :class:`CalculatorTools` (``TPO/Calculator-v0``): ``calculate(expression)`` plays
@@ -40,6 +41,8 @@ class MultiTurnTools:
     """
 
     env_id: ClassVar[str]
+    #: The names of the methods that are tools (each plays one turn).
+    tools: ClassVar[tuple[str, ...]]
     #: Appended to the env's prompt in :func:`environment_dataset`: the env's prompt names its tags.
     instruction: ClassVar[str]
 
@@ -60,6 +63,11 @@ class MultiTurnTools:
         """The episode's return so far: 1.0 once the task is solved, else 0.0."""
         return self._reward
 
+    @property
+    def done(self) -> bool:
+        """Whether the episode has ended (solved, answered or at its turn limit)."""
+        return self._done
+
     def _play(self, action: str) -> str:
         """One turn of the env with ``action``; its reply."""
         if self._done:
@@ -74,6 +82,7 @@ class GuessNumberTools(MultiTurnTools):
     """``TPO/GuessNumber-v0`` for TRL: one tool, :meth:`guess`."""
 
     env_id = "TPO/GuessNumber-v0"
+    tools = ("guess",)
     instruction = "Play each guess by calling the guess tool."
 
     def guess(self, number: int) -> str:
@@ -89,6 +98,7 @@ class CalculatorTools(MultiTurnTools):
     """``TPO/Calculator-v0`` for TRL: :meth:`calculate` and :meth:`answer`."""
 
     env_id = "TPO/Calculator-v0"
+    tools = ("calculate", "answer")
     instruction = "Call the calculate tool to compute and the answer tool to answer."
 
     def calculate(self, expression: str) -> str:
@@ -108,14 +118,25 @@ class CalculatorTools(MultiTurnTools):
         return self._play(f"<answer>{value}</answer>")
 
 
-def environment_dataset(tools: type[MultiTurnTools], n: int, seed: int = 0, **env_kwargs: Any) -> Any:
-    """A ``datasets.Dataset`` of ``n`` tasks of ``tools``' env drawn with ``seed``: ``prompt`` (one user
-    message: the env's prompt, then ``tools.instruction``) and ``context`` (the task, which ``reset``
-    replays)."""
-    from datasets import Dataset
+TOOL_SETS: dict[str, type[MultiTurnTools]] = {tools.env_id: tools
+                                              for tools in (GuessNumberTools, CalculatorTools)}
+"""The tool set of each multi-turn env, by env id."""
 
+
+def task_prompts(tools: type[MultiTurnTools], n: int, seed: int = 0,
+                 **env_kwargs: Any) -> list[tuple[int, str]]:
+    """``n`` tasks of ``tools``' env drawn with ``seed``: each its context and its prompt, the env's
+    prompt then ``tools.instruction``."""
     env = gym.make(tools.env_id, **env_kwargs).unwrapped
     contexts = env.task.sample_contexts(np.random.default_rng(seed), n)
-    prompts = [[{"role": "user", "content": f"{env.task.prompt(int(c))}\n\n{tools.instruction}"}]
-               for c in contexts]
-    return Dataset.from_dict({"prompt": prompts, "context": [int(c) for c in contexts]})
+    return [(int(c), f"{env.task.prompt(int(c))}\n\n{tools.instruction}") for c in contexts]
+
+
+def environment_dataset(tools: type[MultiTurnTools], n: int, seed: int = 0, **env_kwargs: Any) -> Any:
+    """A ``datasets.Dataset`` of :func:`task_prompts`: ``prompt`` (one user message) and ``context`` (the
+    task, which ``reset`` replays)."""
+    from datasets import Dataset
+
+    tasks = task_prompts(tools, n, seed, **env_kwargs)
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": text}] for _, text in tasks],
+                              "context": [context for context, _ in tasks]})

@@ -1,7 +1,7 @@
 """Measure a multi-turn env on a language model before training on it (docs/agents.md).
 
 ``python -m experiments.agent_tasks --env GuessNumber [--tasks 8] [--samples 8] [--env-kwargs key:value ...]
-[--config key:value ...]``.
+[--config key:value ...] [--transcripts N]``.
 
 The base model plays ``--tasks`` tasks x ``--samples`` whole conversations of the env
 (``TPO/<env>-v0``), prompted and sampled as the zoo's ``tpo`` entry of that env says
@@ -15,7 +15,9 @@ env's format and of turns cut by ``max_new_tokens``, the wall and CPU seconds of
 shortcut: the best success rate of a
 policy that ignores the replies (GuessNumber, :func:`tpo_gym.envs.multiturn.reply_blind_success_rate`) or
 of one constant answer without the calculator (Calculator,
-:func:`~tpo_gym.envs.multiturn.best_constant_answer`).
+:func:`~tpo_gym.envs.multiturn.best_constant_answer`). ``--transcripts N`` also prints the first N
+conversations as the model saw them after the prompt (its turns and the env's replies, in the chat
+template's text), to see why a setting has no success.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def shortcut(task: Any) -> tuple[str, float]:
 
 
 def measure(env: str, env_kwargs: dict[str, Any], policy_kwargs: dict[str, Any], n_tasks: int,
-            n_samples: int, seed: int) -> dict[str, Any]:
-    """One batch of ``n_tasks`` x ``n_samples`` conversations of the base model: the row's values."""
+            n_samples: int, seed: int, n_transcripts: int = 0) -> dict[str, Any]:
+    """One batch of ``n_tasks`` x ``n_samples`` conversations of the base model: the row's values, and
+    under ``"transcripts"`` the first ``n_transcripts`` conversations (:func:`transcript`)."""
     import torch
 
     from experiments.llm_tasks import mean_pass_at_k
@@ -76,7 +79,18 @@ def measure(env: str, env_kwargs: dict[str, Any], policy_kwargs: dict[str, Any],
         "format": 1 - sum(episode.bad_turns for episode in episodes) / turns.sum(),
         "cut": sum(episode.cut_turns for episode in episodes) / turns.sum(),
         "shortcut": f"{name} ({rate:.3g})", "seconds": seconds, "cpu_seconds": cpu_seconds,
+        "transcripts": [transcript(model.policy.tokenizer, episode, i // n_samples)
+                        for i, episode in enumerate(episodes[:n_transcripts])],
     }  # fmt: skip
+
+
+def transcript(tokenizer: Any, conversation: Any, task: int) -> str:
+    """A conversation of the batch as text: a heading (its task, success, turns) and its tokens after the
+    prompt (which ends with the first turn's prefill), decoded with the special tokens: the model's turns
+    and the env's replies."""
+    head = (f"--- task {task}: {'success' if conversation.success else 'no success'}, "
+            f"{conversation.turns} turn(s)")
+    return f"{head}\n{tokenizer.decode(conversation.tokens)}"
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -108,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="policy_kwargs over the zoo entry's (e.g. model:DIR max_new_tokens:16)")
     parser.add_argument("--seed", type=int, default=0, help="torch's and the env's seed (default 0)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--transcripts", type=int, default=0,
+                        help="print the first N conversations after the table (default 0)")
     args = parser.parse_args(argv)
     try:
         if args.env not in ENVS:
             raise ValueError(f"--env {args.env}: use one of {', '.join(ENVS)}")
-        for name, low in (("tasks", 1), ("samples", 2)):
+        for name, low in (("tasks", 1), ("samples", 2), ("transcripts", 0)):
             if getattr(args, name) < low:
                 raise ValueError(f"--{name} {getattr(args, name)}: use an integer >= {low}")
         env_kwargs = parse_config(args.env_kwargs, "--env-kwargs")
@@ -124,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    row = measure(args.env, env_kwargs, policy_kwargs, args.tasks, args.samples, args.seed)
+    row = measure(args.env, env_kwargs, policy_kwargs, args.tasks, args.samples, args.seed, args.transcripts)
     print(markdown_table([row]))
+    for text in row["transcripts"]:
+        print(f"\n{text}")
     return 0
 
 

@@ -31,11 +31,30 @@ def test_the_row_counts_the_conversations_of_one_batch(tiny_llm_dir: str) -> Non
     table = agent_tasks.markdown_table([row]).splitlines()
     assert len(table) == 3
     assert table[2].startswith("| `TPO/GuessNumber-v0` | max_number=2, max_turns=2 | 3 x 4 |")
+    assert row["transcripts"] == []
+
+
+def test_transcripts_are_the_batch_s_conversations(tiny_llm_dir: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    policy = {"model": tiny_llm_dir, "max_new_tokens": 4, "prefill": "<guess>", "stop": "</guess>"}
+    row = agent_tasks.measure("GuessNumber", {"max_number": 2, "max_turns": 2}, policy, 2, 2, seed=0,
+                              n_transcripts=3)
+    assert [text.split(":")[0] for text in row["transcripts"]] == ["--- task 0", "--- task 0", "--- task 1"]
+    for text in row["transcripts"]:
+        head, body = text.split("\n", 1)
+        turns = int(head.split(", ")[-1].split(" ")[0])
+        assert body.count("<|im_start|>user") == turns - 1  # the env's replies between the model's turns
+    assert agent_tasks.main(["--env", "GuessNumber", "--tasks", "1", "--samples", "2", "--transcripts", "1",
+                             "--env-kwargs", "max_number:2", "max_turns:2",
+                             "--config", f"model:{tiny_llm_dir}", "max_new_tokens:4"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("--- task 0: ") == 1 and out.index("| `TPO/GuessNumber-v0`") < out.index("--- task 0")
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--env", "Chess"], "--env Chess: use one of GuessNumber, Calculator"),
     (["--env", "Calculator", "--samples", "1"], "--samples 1: use an integer >= 2"),
+    (["--env", "Calculator", "--transcripts", "-1"], "--transcripts -1: use an integer >= 0"),
     (["--env", "GuessNumber", "--env-kwargs", "max_turns"], "--env-kwargs 'max_turns': write key:value"),
     (["--env", "GuessNumber", "--env-kwargs", "max_turns:0"], "max_turns must be an integer >= 1, got 0"),
 ])  # fmt: skip

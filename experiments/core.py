@@ -168,10 +168,14 @@ def save_seed(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -
 
 
 def load_seed(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The curves and meta of one seed file (compressed or not, float32 or float64)."""
+    """The curves and meta of one seed file (compressed or not, float32 or float64). The meta's
+    ``n_seeds`` (how many seeds the model that wrote it trained) is ``n_members`` in files written before
+    ``tpo_agents`` named it ``n_seeds`` everywhere; it is read as ``n_seeds``."""
     with np.load(path, allow_pickle=False) as data:
         arrays = {key: data[key] for key in data.files if key != "meta"}
         meta = json.loads(str(data["meta"]))
+    if "n_members" in meta:
+        meta["n_seeds"] = meta.pop("n_members")
     return arrays, meta
 
 

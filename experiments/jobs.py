@@ -117,10 +117,10 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     """Train a job's seeds as one model (``seed`` its first seed, ``n_seeds`` its size) and record their
     curves; returns each seed's (path, curves, meta), unwritten, and the job's wall seconds.
 
-    Each meta is a single run's plus ``n_members`` and ``batch_wall_s`` (the job's wall time); ``wall_s``
-    is the job's wall time over its seeds, so that per-seed figures stay comparable; ``cpu_s`` and
-    ``batch_cpu_s`` the same of the process's CPU time (one thread: the job's cost whatever else shares
-    the machine, or however long the job was suspended); ``code`` is the
+    Each meta is a single run's plus ``n_seeds`` (the job's size) and ``batch_wall_s`` (the job's wall
+    time); ``wall_s`` is the job's wall time over its seeds, so that per-seed figures stay comparable;
+    ``cpu_s`` and ``batch_cpu_s`` the same of the process's CPU time (one thread: the job's cost whatever
+    else shares the machine, or however long the job was suspended); ``code`` is the
     code commit to record (default: this checkout's, :func:`tpo_agents.provenance.code_version`). The
     curves are those the experiment's report reads (``Task.curves``).
     """
@@ -152,7 +152,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     for member, task in enumerate(job):
         meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
                 "spec": asdict(spec), "fingerprint": spec.fingerprint(), "wall_s": wall / len(job),
-                "n_members": len(job), "batch_wall_s": wall, "cpu_s": cpu / len(job), "batch_cpu_s": cpu,
+                "n_seeds": len(job), "batch_wall_s": wall, "cpu_s": cpu / len(job), "batch_cpu_s": cpu,
                 "host": platform.node(), "device": first.device,
                 "torch": str(torch.__version__), "python": platform.python_version(), "code": code}
         results.append((task.path, kept(curves[member], task.curves), meta))

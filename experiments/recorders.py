@@ -66,12 +66,12 @@ class CurveBuffer:
     def __len__(self) -> int:
         return self._n
 
-    def append(self, row: Row, n_members: int) -> None:
+    def append(self, row: Row, n_seeds: int) -> None:
         """Add one update's ``row`` (key -> ``[S]`` values, or a scalar for every member)."""
         for key, values in row.items():
             column = self._columns.get(key)
             if column is None or len(column) <= self._n:
-                grown = np.full((max(self.INITIAL_ROWS, 2 * self._n), n_members), np.nan)
+                grown = np.full((max(self.INITIAL_ROWS, 2 * self._n), n_seeds), np.nan)
                 if column is not None:
                     grown[:len(column)] = column
                 column = self._columns[key] = grown
@@ -103,7 +103,7 @@ class CurveRecorder(BaseCallback):
         self._done = 0
 
     @property
-    def n_members(self) -> int:
+    def n_seeds(self) -> int:
         """S, the seeds the model trains together (1 for a single run)."""
         return self.model.n_seeds
 
@@ -126,7 +126,7 @@ class CurveRecorder(BaseCallback):
         the recorder asks for none (``wants_rollout_metrics = False``)."""
         if not self.wants_rollout_metrics:
             return {}
-        if self.n_members == 1:
+        if self.n_seeds == 1:
             values = self.model.logger.name_to_value
             row = {"error": np.array([float(values["rollout/task_error"])])}
             row.update({key: np.array([float(values[key])]) for key in ROLLOUT_KEYS if key in values})
@@ -150,7 +150,7 @@ class CurveRecorder(BaseCallback):
         row, self._row = self._row, None
         self._done += 1
         values = self.model.logger.name_to_value
-        if self.n_members == 1:  # with several members the logger holds only their means
+        if self.n_seeds == 1:  # with several members the logger holds only their means
             row.update({key: np.array([float(value)]) for key, value in values.items()
                         if (key.startswith("train/") and key != "train/n_updates")
                         or key == "time/train_tokens_per_s"})
@@ -159,7 +159,7 @@ class CurveRecorder(BaseCallback):
         elif "rollout/success_rate" in row and "train/all_fail_frac" not in values:
             row["all_fail"] = 1.0 - row["rollout/success_rate"]
         self.after_update(row)
-        self.curves.append(row, self.n_members)
+        self.curves.append(row, self.n_seeds)
 
     # hooks -----------------------------------------------------------------------------------
     def before_update(self, row: Row) -> None:
@@ -174,7 +174,7 @@ class CurveRecorder(BaseCallback):
         updates = self.curves.arrays()
         evals = {k: np.asarray(v, dtype=np.float64) for k, v in self.evals.items()}
         return [{**{f"update/{k}": v[:, m] for k, v in updates.items()},
-                 **{f"eval/{k}": v[:, m] for k, v in evals.items()}} for m in range(self.n_members)]
+                 **{f"eval/{k}": v[:, m] for k, v in evals.items()}} for m in range(self.n_seeds)]
 
     def arrays(self, member: int = 0) -> dict[str, np.ndarray]:
         """Member ``member``'s curves (``member_arrays``); a single run's for a single run."""
@@ -269,7 +269,7 @@ class TabularMultiRecorder(CurveRecorder):
         """The logit table ``[S, C, A]`` (a view), pi = softmax over its arms and the wrong arms' part
         ``pi_n(a) [a != y_n]`` (0 on the correct arms), computed once per version of the table."""
         logits = self.model.policy.logits
-        table = logits.detach().reshape(self.n_members, *logits.shape[-2:])
+        table = logits.detach().reshape(self.n_seeds, *logits.shape[-2:])
         if self._last is None or self._last[0] is not logits or self._last[1] != logits._version:
             pi = softmax_last(table)
             if self._others is None:
@@ -315,7 +315,7 @@ class MNISTRecorder(CurveRecorder):
         if done % self.eval_every:
             return
         log_probs = self._test_log_probs()
-        self.evals["x"].append(np.full(self.n_members, done - self.eval_every))
+        self.evals["x"].append(np.full(self.n_seeds, done - self.eval_every))
         self.evals["error"].append((log_probs.argmax(-1).numpy() != self.labels).mean(1))
         if self.mechanism_algo is not None:
             stats = [mechanism(member.double().exp().numpy(), self.labels, self.mechanism_algo, self.eta)
@@ -326,7 +326,7 @@ class MNISTRecorder(CurveRecorder):
     def _test_log_probs(self) -> th.Tensor:
         """Every member's log-probabilities of the test images, ``[S, n_images, n_classes]``, computed
         in chunks of at most ``EVAL_ROWS`` member x image rows."""
-        step = max(1, EVAL_ROWS // self.n_members)
+        step = max(1, EVAL_ROWS // self.n_seeds)
         policy, device = self.model.policy, self.model.device
         with th.no_grad():
             parts = [policy.member_log_probs(self.images[i:i + step].to(device)).cpu()
@@ -352,8 +352,8 @@ class PolicyEvalRecorder(CurveRecorder):
     seed: int
 
     def _on_training_start(self) -> None:
-        if self.n_members != 1:
-            raise ValueError(f"{type(self).__name__} records single runs, got a model of {self.n_members} "
+        if self.n_seeds != 1:
+            raise ValueError(f"{type(self).__name__} records single runs, got a model of {self.n_seeds} "
                              "members")
         self.evaluate()
 

@@ -291,7 +291,7 @@ class GroupBaseAlgorithm(BaseAlgorithm):
             match=self.match,
             baseline=self.baseline,
             observation_space=self.observation_space,
-            n_members=self.n_seeds,
+            n_seeds=self.n_seeds,
             **self.mode_kwargs,
         )
         if self.kl_coef and not self.mode.has_reference_kl:

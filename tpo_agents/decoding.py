@@ -58,21 +58,21 @@ class StepLogProbs:
         return self.policy.decode_next(distinct[:, 1], self.cache, t)[inverse]
 
 
-def member_unique(keys: th.Tensor, n_members: int = 1) -> tuple[th.Tensor, th.Tensor]:
+def member_unique(keys: th.Tensor, n_seeds: int = 1) -> tuple[th.Tensor, th.Tensor]:
     """``th.unique(keys, dim=0, return_inverse=True)`` within each member of member-major rows ``[N, k]``.
 
     One member: exactly ``th.unique``. Several: each member's distinct rows in sorted order, padded with
     copies of its first distinct row to the largest member's count M, so that the distinct rows are
-    ``n_members`` equal blocks ``[S*M, k]`` (what a population's forward needs), with each row's index
+    ``n_seeds`` equal blocks ``[S*M, k]`` (what a population's forward needs), with each row's index
     into them; rows of different members are never merged.
     """
-    if n_members == 1:
+    if n_seeds == 1:
         return unique_rows(keys)
     device = keys.device
-    member = member_of_rows(len(keys), n_members, device)
+    member = member_of_rows(len(keys), n_seeds, device)
     distinct, inverse = unique_rows(th.cat([member.unsqueeze(1), keys], dim=1))
     owner = distinct[:, 0]
-    counts = th.bincount(owner, minlength=n_members)
+    counts = th.bincount(owner, minlength=n_seeds)
     width = int(counts.max())
     starts = th.cumsum(counts, 0) - counts
     slots = owner * width + th.arange(len(distinct), device=device) - starts[owner]
@@ -110,11 +110,11 @@ def unique_rows(keys: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
 
 def _members(policy: ActionPolicy) -> int:
     """The policy's number of members (a population's rows are member-major equal blocks)."""
-    return int(getattr(policy, "n_members", 1))
+    return int(getattr(policy, "n_seeds", 1))
 
 
 def distinct_sequences(prompts: th.Tensor, actions: th.Tensor,
-                       n_members: int = 1) -> tuple[th.Tensor, th.Tensor]:
+                       n_seeds: int = 1) -> tuple[th.Tensor, th.Tensor]:
     """(distinct rows of [prompt, actions], inverse index) of a token batch (per member of a population:
     :func:`member_unique`); collection computes them once per batch where a sequence policy re-scores
     (:func:`rescored_by_sequence`).
@@ -122,7 +122,7 @@ def distinct_sequences(prompts: th.Tensor, actions: th.Tensor,
     With small vocabularies many of the K completions of a prompt repeat (V = 2, H = 5, K = 32 has at
     most 32 distinct ones); scoring each distinct sequence once and gathering is exact.
     """
-    return member_unique(th.cat([prompts, actions], dim=1), n_members)
+    return member_unique(th.cat([prompts, actions], dim=1), n_seeds)
 
 
 def rescored_by_sequence(policy: ActionPolicy, prompts: th.Tensor | None) -> bool:

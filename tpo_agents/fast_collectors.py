@@ -147,7 +147,7 @@ class TableExactCollector(FastCollector):
     def __call__(self, on_step: StepHook) -> ExactBatch | None:
         policy = self.policy
         if self._scored is None:
-            self._scored = collect_exact(self.env, policy, exhaustive=True, n_members=self.mode.n_members)
+            self._scored = collect_exact(self.env, policy, exhaustive=True, n_seeds=self.mode.n_seeds)
             old_log_probs = self._scored.old_log_probs
         else:  # every row once, in the batch's order
             with th.no_grad():
@@ -177,18 +177,18 @@ class TableSingleCollector(FastCollector):
         env.reset(options={"group_size": 1})
         arms = np.ascontiguousarray(np.broadcast_to(np.arange(n_arms), (env.num_envs, n_arms)))
         scores = th.as_tensor(env.score_candidates(arms), dtype=th.float32, device=self.policy.device)
-        return scores.reshape(self.mode.n_members, -1, n_arms)[:, 0]
+        return scores.reshape(self.mode.n_seeds, -1, n_arms)[:, 0]
 
     def __call__(self, on_step: StepHook) -> TableSamples | None:
         policy = self.policy
         if self._arm_rewards is None:
             self._arm_rewards = self._rewards_of_arms()
-        n_members, per_member = self.mode.n_members, self.mode.n_envs
+        n_seeds, per_member = self.mode.n_seeds, self.mode.n_envs
         with th.no_grad():
-            old_log_probs = policy.all_log_probs().reshape(n_members, -1)  # [S, A]
+            old_log_probs = policy.all_log_probs().reshape(n_seeds, -1)  # [S, A]
         actions = multinomial_rows(old_log_probs, per_member, policy.member_generators)  # [S, B]
         rewards = self._arm_rewards.gather(1, actions).reshape(-1, 1)
-        if not on_step(n_members * per_member):
+        if not on_step(n_seeds * per_member):
             return None
         return TableSamples(actions, rewards, rewards[:, 0].clone(), old_log_probs)
 

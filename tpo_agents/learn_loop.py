@@ -270,11 +270,11 @@ def wants_rollout_metrics(callback: BaseCallback | None) -> bool:
     return _asks(callback, "wants_rollout_metrics")
 
 
-def _global_grad_norm(parameters: Any, n_members: int = 1) -> float:
+def _global_grad_norm(parameters: Any, n_seeds: int = 1) -> float:
     """The L2 norm of all gradients; of a population, the mean over members of each member's norm."""
-    grads = [p.grad.detach().reshape(n_members, -1) for p in parameters if p.grad is not None]
+    grads = [p.grad.detach().reshape(n_seeds, -1) for p in parameters if p.grad is not None]
     if not grads:
         return 0.0
-    if n_members == 1:
+    if n_seeds == 1:
         return float(th.cat(grads, 1).norm())
     return float(th.cat(grads, 1).norm(dim=1).mean())

@@ -105,7 +105,7 @@ def probe_env(algo_class: Any, mode_name: str, env_id: str, env_kwargs: dict[str
 def batched_env(env_id: str, mode: Any, n_seeds: int, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
     """The natively batched vector env of ``env_id`` with the sub-envs ``mode`` steps, for each of
     ``n_seeds`` members."""
-    members = {"n_members": n_seeds} if n_seeds > 1 else {}
+    members = {"n_seeds": n_seeds} if n_seeds > 1 else {}
     vector_env = gym.make_vec(env_id, num_envs=mode.n_envs * n_seeds, vectorization_mode="vector_entry_point",
                               **members, **env_kwargs)
     if not mode.collects_from_vector(type(vector_env.unwrapped)):

@@ -107,7 +107,7 @@ def distinct_for(policy: ActionPolicy, prompts: th.Tensor | None,
     """The batch's distinct sequences where the policy re-scores by them (once per batch), else None."""
     if not rescored_by_sequence(policy, prompts):
         return None
-    return distinct_sequences(prompts, actions, int(getattr(policy, "n_members", 1)))
+    return distinct_sequences(prompts, actions, int(getattr(policy, "n_seeds", 1)))
 
 
 def stack_steps(values: list[th.Tensor]) -> th.Tensor:

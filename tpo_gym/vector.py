@@ -281,28 +281,28 @@ class GroupedVectorEnv(VectorEnv):
     sets ``task`` (with ``sample_contexts(rng, n)`` and ``check_contexts(cs)``), ``num_envs`` and
     ``default_group_size``, and starts the episodes of the repeated contexts in :meth:`_start`.
 
-    Members: with ``n_members = S`` the sub-envs are S equal blocks (member-major), each drawing its
+    Members: with ``n_seeds = S`` the sub-envs are S equal blocks (member-major), each drawing its
     contexts from its own generator; ``reset(seed=s)`` seeds member m with ``s + m``, so member m
     replays exactly the contexts of an env of ``num_envs / S`` sub-envs reset with seed ``s + m``
-    (the independent seeds of a population of learners, ``agents``' ``n_seeds``).
+    (the independent seeds of a population of learners, ``tpo_agents``' ``n_seeds``).
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
     task: Any
     default_group_size: int
     group_size: int
-    n_members: int = 1
+    n_seeds: int = 1
     _member_rngs: list[np.random.Generator] | None = None
 
-    def _set_members(self, n_members: Any) -> None:
-        self.n_members = check_int("n_members", n_members, 1)
-        if self.num_envs % self.n_members:
-            raise ValueError(f"num_envs={self.num_envs} must be divisible by n_members={self.n_members}")
+    def _set_members(self, n_seeds: Any) -> None:
+        self.n_seeds = check_int("n_seeds", n_seeds, 1)
+        if self.num_envs % self.n_seeds:
+            raise ValueError(f"num_envs={self.num_envs} must be divisible by n_seeds={self.n_seeds}")
 
     def _check_group_size(self, group_size: Any) -> int:
         group_size = check_int("group_size", group_size, 1)
-        if self.num_envs % (group_size * self.n_members):
-            members = f" x n_members={self.n_members}" if self.n_members > 1 else ""
+        if self.num_envs % (group_size * self.n_seeds):
+            members = f" x n_seeds={self.n_seeds}" if self.n_seeds > 1 else ""
             raise ValueError(
                 f"num_envs={self.num_envs} must be divisible by group_size={group_size}{members}"
             )
@@ -310,14 +310,14 @@ class GroupedVectorEnv(VectorEnv):
 
     def _member_generators(self, seed: int | None) -> list[np.random.Generator]:
         """One context generator per member: ``np_random`` itself for one member, else seeds s + m."""
-        if self.n_members == 1:
+        if self.n_seeds == 1:
             return [self.np_random]
         if seed is None and self._member_rngs is not None:
             return self._member_rngs
         if seed is None:
             seed = int(self.np_random.integers(2**62))
         return [np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed + m)))
-                for m in range(self.n_members)]
+                for m in range(self.n_seeds)]
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -331,9 +331,9 @@ class GroupedVectorEnv(VectorEnv):
 
     def draw_contexts(self) -> np.ndarray:
         """The contexts of the next groups, member-major, drawn from each member's stream as a reset (or
-        an autoreset) draws them: ``num_envs / group_size / n_members`` per member. Starts nothing."""
-        per_member = self.num_envs // self.group_size // self.n_members
-        rngs = self._member_rngs if self.n_members > 1 else [self.np_random]
+        an autoreset) draws them: ``num_envs / group_size / n_seeds`` per member. Starts nothing."""
+        per_member = self.num_envs // self.group_size // self.n_seeds
+        rngs = self._member_rngs if self.n_seeds > 1 else [self.np_random]
         drawn = [self.task.sample_contexts(rng, per_member) for rng in rngs]
         return drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
 
@@ -362,15 +362,15 @@ class BatchedTaskVectorEnv(GroupedVectorEnv):
 
     Groups: the resets of :class:`GroupedVectorEnv` (``options={"group_size": G}`` or
     ``{"contexts": cs}``; default group size: the ``group_size`` constructor argument); members:
-    ``n_members`` blocks with their own context streams (see :class:`GroupedVectorEnv`).
+    ``n_seeds`` blocks with their own context streams (see :class:`GroupedVectorEnv`).
     ``score_candidates([n, K]) -> float32 [n, K]``.
     """
 
     def __init__(self, task: BatchedTask, num_envs: int, group_size: int = 1,
-                 max_episode_steps: int | None = None, n_members: int = 1) -> None:
+                 max_episode_steps: int | None = None, n_seeds: int = 1) -> None:
         self.task = task
         self.num_envs = check_int("num_envs", num_envs, 1)
-        self._set_members(n_members)
+        self._set_members(n_seeds)
         if max_episode_steps is not None and max_episode_steps < task.horizon:
             raise ValueError(f"episodes have a fixed length of {task.horizon} steps; max_episode_steps "
                              f"must be None or >= {task.horizon}, got {max_episode_steps!r}")

@@ -59,7 +59,7 @@ def test_batched_seed_files_equal_the_per_seed_runners(tmp_path, experiment, var
         for key in b:
             assert b[key].shape == a[key].shape, key
             np.testing.assert_allclose(b[key], a[key], rtol=0, atol=1e-6, err_msg=key)
-        assert meta_a["n_members"] == 1 and meta_b["n_members"] == 3 and meta_b["seed"] == batched.seed
+        assert meta_a["n_seeds"] == 1 and meta_b["n_seeds"] == 3 and meta_b["seed"] == batched.seed
         assert meta_b["wall_s"] == pytest.approx(meta_b["batch_wall_s"] / 3)
         assert meta_b["cpu_s"] == pytest.approx(meta_b["batch_cpu_s"] / 3) and meta_b["cpu_s"] > 0
         assert meta_b["fingerprint"] == meta_a["fingerprint"]
@@ -110,7 +110,7 @@ def test_finished_seeds_are_skipped_and_never_in_a_chunk(tmp_path):
     summary = run_tasks(tasks, members_per_process=4)
     assert summary["skipped"] == 1 and summary["ran"] == 3 and not summary["failed"]
     assert os.stat(tasks[1].path).st_mtime_ns == stamp
-    assert [load_seed(t.path)[1]["n_members"] for t in tasks] == [1, 1, 2, 2]
+    assert [load_seed(t.path)[1]["n_seeds"] for t in tasks] == [1, 1, 2, 2]
 
 
 def test_a_run_that_cannot_batch_runs_one_seed_per_process(tmp_path, monkeypatch):
@@ -126,7 +126,7 @@ def test_a_run_that_cannot_batch_runs_one_seed_per_process(tmp_path, monkeypatch
     monkeypatch.setattr(launchers, "batching", lambda specs: ["alone"] * len(specs))
     tasks = _tasks("tabular_single", "K100", _spec("tabular_single", "K100", "grpo", 2), tmp_path, range(2))
     assert run_tasks(tasks, members_per_process=100)["ran"] == 2
-    assert [load_seed(t.path)[1]["n_members"] for t in tasks] == [1, 1]
+    assert [load_seed(t.path)[1]["n_seeds"] for t in tasks] == [1, 1]
 
 
 def test_dry_run_shows_how_seeds_are_batched(tmp_path, capsys):

@@ -348,13 +348,13 @@ def test_curve_buffer_grows_past_its_capacity_and_fills_missing_keys_with_nan(mo
         row = {"error": np.array([t, -t], dtype=np.float64)}
         if t >= 5:
             row["late"] = np.array([10.0 * t, 1.0])
-        buffer.append(row, n_members=2)
+        buffer.append(row, n_seeds=2)
         rows.append(row)
     arrays = buffer.arrays()
     assert len(buffer) == 7 and list(arrays) == ["error", "late"]
     assert arrays["error"].tolist() == [[t, -t] for t in range(7)]
     assert np.isnan(arrays["late"][:5]).all() and arrays["late"][5:].tolist() == [[50.0, 1.0], [60.0, 1.0]]
-    buffer.append({"error": 0.5}, n_members=2)  # a scalar is every member's value
+    buffer.append({"error": 0.5}, n_seeds=2)  # a scalar is every member's value
     assert buffer.arrays()["error"][7].tolist() == [0.5, 0.5] and np.isnan(buffer.arrays()["late"][7]).all()
 
 

@@ -106,7 +106,7 @@ def test_a_run_writes_only_the_reported_curves_with_its_settings_and_code(tmp_pa
     assert set(arrays) == {"update/error", "update/misalignment"}
     assert all(a.dtype == np.float32 and a.shape == (3,) for a in arrays.values())
     assert meta["spec"]["n_updates"] == 3 and meta["spec"]["algo"] == "tpo" and meta["code"]
-    assert meta["n_members"] == 2 and meta["host"]
+    assert meta["n_seeds"] == 2 and meta["host"]
     rows = summarize(get_experiment("tabular_multi"), load_runs(tmp_path, "tabular_multi"))
     assert rows[0]["seeds"] == 2 and rows[0]["updates"] == 3
 

@@ -163,7 +163,7 @@ def test_first_update_loss_and_gradient_are_each_members_own(case):
 
 def test_member_envs_replay_the_contexts_of_their_seeds():
     env = gym.make_vec("TPO/TokenReversal-v0", num_envs=6, vectorization_mode="vector_entry_point",
-                       n_members=3, sequence_length=4)
+                       n_seeds=3, sequence_length=4)
     obs, _ = env.reset(seed=11, options={"group_size": 2})
     obs2 = env.step(np.zeros(6, dtype=np.int64))  # the stream continues per member across resets
     for member in range(3):
@@ -176,11 +176,11 @@ def test_member_envs_replay_the_contexts_of_their_seeds():
 
 
 def test_member_env_sizes_are_checked():
-    with pytest.raises(ValueError, match="n_members=4"):
-        gym.make_vec("TPO/KArmedBandit-v0", num_envs=6, vectorization_mode="vector_entry_point", n_members=4)
-    with pytest.raises(ValueError, match="group_size=2 x n_members=3"):
+    with pytest.raises(ValueError, match="n_seeds=4"):
+        gym.make_vec("TPO/KArmedBandit-v0", num_envs=6, vectorization_mode="vector_entry_point", n_seeds=4)
+    with pytest.raises(ValueError, match="group_size=2 x n_seeds=3"):
         gym.make_vec("TPO/KArmedBandit-v0", num_envs=9, vectorization_mode="vector_entry_point",
-                     n_members=3, group_size=2)
+                     n_seeds=3, group_size=2)
 
 
 def test_member_generators_draw_as_each_member_alone():
@@ -204,7 +204,7 @@ def test_inverse_cdf_draws_follow_the_probabilities_and_skip_impossible_actions(
 
 def test_normalized_step_normalises_each_member_by_its_own_norm():
     table = th.nn.Parameter(th.zeros(2, 1, 2))
-    optimizer = NormalizedStep([table], lr=0.1, n_members=2)
+    optimizer = NormalizedStep([table], lr=0.1, n_seeds=2)
     table.grad = th.tensor([[[3.0, 4.0]], [[0.0, -2.0]]])
     optimizer.step()
     np.testing.assert_allclose(table.detach().numpy(), [[[-0.06, -0.08]], [[0.0, 0.1]]], atol=1e-7)
@@ -220,7 +220,7 @@ def test_population_saves_and_loads(tmp_path):
     model, _ = _run("mnist-tpo", seed=0, n_seeds=2, n_updates=1)
     model.save(tmp_path / "population")
     loaded = get_algo("tpo").load(tmp_path / "population", device="cpu")
-    assert loaded.n_seeds == 2 and loaded.policy.n_members == 2
+    assert loaded.n_seeds == 2 and loaded.policy.n_seeds == 2
     for got, want in zip(loaded.policy.parameters(), model.policy.parameters(), strict=True):
         assert th.equal(got, want)
 
@@ -228,15 +228,15 @@ def test_population_saves_and_loads(tmp_path):
 def test_bad_population_settings_are_one_line_errors():
     with pytest.raises(ValueError, match="n_seeds"):
         get_algo("tpo")("TabularPolicy", "TPO/KArmedBandit-v0", n_seeds=0, group_mode="single")
-    with pytest.raises(ValueError, match="n_members=2: .* has no populations"):
+    with pytest.raises(ValueError, match="n_seeds=2: .* has no populations"):
         from tpo_agents.policies import LLMPolicy  # noqa: F401  (a policy class without populations)
         from tpo_agents.policies.base import GroupPolicy
 
         class Plain(GroupPolicy):
             pass
 
-        Plain(gym.spaces.Discrete(2), gym.spaces.Discrete(2), lambda _: 0.1, n_members=2)
-    table = TabularPolicy(gym.spaces.Discrete(3), gym.spaces.Discrete(2), lambda _: 0.1, n_members=2)
+        Plain(gym.spaces.Discrete(2), gym.spaces.Discrete(2), lambda _: 0.1, n_seeds=2)
+    table = TabularPolicy(gym.spaces.Discrete(3), gym.spaces.Discrete(2), lambda _: 0.1, n_seeds=2)
     with pytest.raises(ValueError, match="5 rows cannot be split among 2 members"):
         table.action_log_probs(th.zeros(5, dtype=th.long))
 
@@ -304,7 +304,7 @@ def test_member_policy_is_one_seed_as_a_plain_policy(case):
     population, _ = _run(case, seed=2, n_seeds=3, n_updates=1)
     single, _ = _run(case, seed=3, n_seeds=1, n_updates=1)
     member = population.policy.member_policy(1)
-    assert member.n_members == 1
+    assert member.n_seeds == 1
     obs = th.as_tensor(np.stack([population.observation_space.sample() for _ in range(4)]))
     want = single.policy.action_log_probs(obs).detach()
     np.testing.assert_allclose(member.action_log_probs(obs).detach().numpy(), want.numpy(), atol=1e-5)
@@ -319,7 +319,7 @@ def test_member_policy_is_one_seed_as_a_plain_policy(case):
 def test_single_mode_groups_a_members_contexts_apart_and_refuses_unequal_coverage():
     from tpo_agents.modes import SingleMode
 
-    mode = SingleMode(4, 1, "prompts", 0.5, gym.spaces.Discrete(3), n_members=2)
+    mode = SingleMode(4, 1, "prompts", 0.5, gym.spaces.Discrete(3), n_seeds=2)
     keyed = mode._member_contexts(th.tensor([0, 2, 2, 0, 1, 1, 0, 0]))
     assert keyed.tolist() == [0, 2, 2, 0, 4, 4, 3, 3]  # member 1's context c is 3 + c
     with pytest.raises(ValueError, match=r"different numbers of contexts \(\[1, 2\]\)"):

@@ -90,7 +90,7 @@ def test_the_view_is_typed_and_the_loss_is_chosen_by_its_kind() -> None:
     log_probs = model.mode.log_probs(model.policy, batch)
     model.mode.keep_old_log_probs(batch, log_probs)
     view = model.mode.view("group", batch, log_probs)
-    assert isinstance(view, GroupView) and view.kind == "group" and view.n_members == 1
+    assert isinstance(view, GroupView) and view.kind == "group" and view.n_seeds == 1
     th.testing.assert_close(model.loss(view)[0], model.group_loss(view)[0], atol=0, rtol=0)
     with pytest.raises(ValueError, match="view 'exact': token mode offers group"):
         model.mode.view("exact", batch, view.logscores)

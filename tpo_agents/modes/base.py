@@ -166,29 +166,29 @@ class CompletionTokens:
     n_tokens: th.Tensor
 
 
-def member_rows(values: th.Tensor, n_members: int) -> th.Tensor:
+def member_rows(values: th.Tensor, n_seeds: int) -> th.Tensor:
     """A member-major batch ``[S*N, ...]`` as ``[S, N, ...]``."""
-    return values.reshape(n_members, -1, *values.shape[1:])
+    return values.reshape(n_seeds, -1, *values.shape[1:])
 
 
-def per_member(fn: Callable[..., th.Tensor], n_members: int, *tensors: th.Tensor) -> th.Tensor:
+def per_member(fn: Callable[..., th.Tensor], n_seeds: int, *tensors: th.Tensor) -> th.Tensor:
     """``fn`` (a batch-wide statistic such as a batch-mean baseline) applied to each member's rows of
     member-major tensors separately, the results stacked back member-major; ``fn(*tensors)`` for one
     member."""
-    if n_members == 1:
+    if n_seeds == 1:
         return fn(*tensors)
-    return th.vmap(fn)(*(member_rows(t, n_members) for t in tensors)).flatten(0, 1)
+    return th.vmap(fn)(*(member_rows(t, n_seeds) for t in tensors)).flatten(0, 1)
 
 
 class MemberRows:
-    """What a view of a population's batch (``n_members`` members, member-major rows) offers its loss:
+    """What a view of a population's batch (``n_seeds`` members, member-major rows) offers its loss:
     a batch-wide statistic taken per member (:meth:`per_member`)."""
 
-    n_members: int
+    n_seeds: int
 
     def per_member(self, fn: Callable[..., th.Tensor], *tensors: th.Tensor) -> th.Tensor:
         """:func:`per_member` over this view's members."""
-        return per_member(fn, self.n_members, *tensors)
+        return per_member(fn, self.n_seeds, *tensors)
 
 
 @dataclass
@@ -203,7 +203,7 @@ class GroupView(MemberRows):
     scores: th.Tensor
     valid: th.Tensor | None = None
     tokens: CompletionTokens | None = None
-    n_members: int = 1
+    n_seeds: int = 1
     kind: ClassVar[str] = "group"
 
 
@@ -222,7 +222,7 @@ class SampleView(MemberRows):
     sequence_advantages: th.Tensor
     n_actions: int
     weights: th.Tensor | None = None  # 0/1 mask of real tokens [N, T] (text completions), None: all
-    n_members: int = 1
+    n_seeds: int = 1
     kind: ClassVar[str] = "sample"
 
 
@@ -233,7 +233,7 @@ class ExactView(MemberRows):
     log_probs: th.Tensor
     old_log_probs: th.Tensor
     rewards: th.Tensor
-    n_members: int = 1
+    n_seeds: int = 1
     kind: ClassVar[str] = "exact"
 
     @property
@@ -253,7 +253,7 @@ class CollectionMode(ABC):
     :param match: ``prompts`` or ``interactions`` (single mode: B*K contexts and lr x sqrt(K))
     :param baseline: single mode: ``batch_mean``, ``expected`` or a number
     :param observation_space: the single env's observation space
-    :param n_members: S independent learners collected together (member-major rows, see
+    :param n_seeds: S independent learners collected together (member-major rows, see
         ``GroupPolicy``); :attr:`n_envs` is per member, every batch-wide statistic is per member
     """
 
@@ -274,11 +274,11 @@ class CollectionMode(ABC):
 
     def __init__(
         self, batch_size: int, group_size: int, match: str, baseline: Any, observation_space: Any,
-        n_members: int = 1,
+        n_seeds: int = 1,
     ) -> None:
         self.batch_size, self.group_size, self.match = batch_size, group_size, match
         self.baseline, self.observation_space = baseline, observation_space
-        self.n_members = n_members
+        self.n_seeds = n_seeds
 
     @classmethod
     def collects_from(cls, env_class: Any) -> bool:
@@ -366,7 +366,7 @@ class CollectionMode(ABC):
             raise ValueError(f"view {kind!r}: {self.name} mode offers {', '.join(self.views)}")
         build = {"group": self.group_view, "sample": self.sample_view, "exact": self.exact_view}[kind]
         view = build(batch, log_probs)
-        view.n_members = self.n_members
+        view.n_seeds = self.n_seeds
         return view
 
     def group_view(self, batch: Any, log_probs: th.Tensor) -> GroupView:
@@ -383,11 +383,11 @@ class CollectionMode(ABC):
 
     def member_rows(self, values: th.Tensor) -> th.Tensor:
         """A member-major batch ``[S*N, ...]`` as ``[S, N, ...]`` (:func:`member_rows`)."""
-        return member_rows(values, self.n_members)
+        return member_rows(values, self.n_seeds)
 
     def per_member(self, fn: Callable[..., th.Tensor], *tensors: th.Tensor) -> th.Tensor:
         """:func:`per_member` over this mode's members."""
-        return per_member(fn, self.n_members, *tensors)
+        return per_member(fn, self.n_seeds, *tensors)
 
     def rollout_metrics(self, batch: Any) -> dict[str, th.Tensor]:
         """The batch's ``rollout/`` metrics per member, each ``[S]`` (the paper's task error before

@@ -106,7 +106,7 @@ class EpisodeMode(CollectionMode):
             "task_error": 1 - token_rewards.flatten(1).mean(1),
             "ep_rew_mean": self.member_rows(batch.returns).mean(1),
             "success_rate": (token_rewards.min(-1).values > 0).float().mean(1),
-            "ep_len_mean": th.full((self.n_members,), float(token_rewards.shape[-1]),
+            "ep_len_mean": th.full((self.n_seeds,), float(token_rewards.shape[-1]),
                                    device=token_rewards.device),
         }
 

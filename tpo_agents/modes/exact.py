@@ -36,15 +36,15 @@ class ExactBatch:
 
 @th.no_grad()
 def collect_exact(
-    env: VectorEnv, policy: ActionPolicy, exhaustive: bool, n_members: int = 1
+    env: VectorEnv, policy: ActionPolicy, exhaustive: bool, n_seeds: int = 1
 ) -> ExactBatch:
     """Score every action at each sub-env's context exactly (no sampling of actions, no stepping).
 
-    ``exhaustive``: each member's contexts are ``0..num_envs/n_members - 1`` (a tabular env);
+    ``exhaustive``: each member's contexts are ``0..num_envs/n_seeds - 1`` (a tabular env);
     otherwise fresh contexts are drawn (e.g. MNIST images for the supervised oracle).
     """
     device = policy.device
-    options = {"contexts": np.tile(np.arange(env.num_envs // n_members), n_members)} if exhaustive else None
+    options = {"contexts": np.tile(np.arange(env.num_envs // n_seeds), n_seeds)} if exhaustive else None
     obs, _ = env.reset(options=options)
     n_actions = int(env.single_action_space.n)
     all_actions = np.ascontiguousarray(np.broadcast_to(np.arange(n_actions), (env.num_envs, n_actions)))
@@ -95,7 +95,7 @@ class ExactMode(CollectionMode):
 
     def collect(self, env: VectorEnv, policy: ActionPolicy, on_step: StepHook) -> ExactBatch | None:
         exhaustive = isinstance(self.observation_space, spaces.Discrete)
-        batch = collect_exact(env, policy, exhaustive=exhaustive, n_members=self.n_members)
+        batch = collect_exact(env, policy, exhaustive=exhaustive, n_seeds=self.n_seeds)
         return batch if on_step(env.num_envs) else None
 
     def exact_view(self, batch: ExactBatch, log_probs: th.Tensor) -> ExactView:

@@ -39,8 +39,8 @@ class TableSamples:
 
     def per_sample(self, log_probs: th.Tensor) -> th.Tensor:
         """Member rows ``[S, A]`` repeated for each sample as ``Episodes`` holds them: ``[S*B, 1, A]``."""
-        n_members, per_member = self.actions.shape
-        return log_probs.unsqueeze(1).expand(n_members, per_member, -1).reshape(-1, 1, log_probs.shape[-1])
+        n_seeds, per_member = self.actions.shape
+        return log_probs.unsqueeze(1).expand(n_seeds, per_member, -1).reshape(-1, 1, log_probs.shape[-1])
 
     def taken(self, log_probs: th.Tensor) -> th.Tensor:
         """log pi of each sample's arm ``[S*B, 1]`` from member rows ``[S, A]``."""
@@ -55,9 +55,9 @@ class TableSamples:
     def member_mean_scores(self, advantages: th.Tensor, n_actions: int) -> th.Tensor:
         """The group scores of each member's one context ``[S, A]``: S[a] = (1/B) sum_b A_b [a_b = a], the
         context mean of the samples' one-hot scores."""
-        n_members, per_member = self.actions.shape
-        total = advantages.new_zeros(n_members, n_actions).scatter_add_(
-            1, self.actions, advantages.detach().reshape(n_members, per_member))
+        n_seeds, per_member = self.actions.shape
+        total = advantages.new_zeros(n_seeds, n_actions).scatter_add_(
+            1, self.actions, advantages.detach().reshape(n_seeds, per_member))
         return total / per_member
 
 
@@ -133,11 +133,11 @@ class SingleMode(EpisodeMode):
         """Context ids made distinct between members (member m's context c is ``m * C + c``), so that a
         group never mixes members; the members must see equally many contexts (the mean over groups
         then weighs every member alike)."""
-        if self.n_members == 1:
+        if self.n_seeds == 1:
             return contexts
         per_member = self.member_rows(contexts)
         n_contexts = int(self.observation_space.n)
-        keyed = per_member + n_contexts * th.arange(self.n_members, device=contexts.device).unsqueeze(1)
+        keyed = per_member + n_contexts * th.arange(self.n_seeds, device=contexts.device).unsqueeze(1)
         ordered = per_member.sort(dim=1).values  # distinct contexts per member: 1 + changes when sorted
         counts = set((1 + (ordered[:, 1:] != ordered[:, :-1]).sum(1)).tolist())
         if len(counts) > 1:

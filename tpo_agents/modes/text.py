@@ -151,13 +151,13 @@ class TextMode(CollectionMode):
 
     def keep_old_log_probs(self, part: TextPart, token_log_probs: th.Tensor) -> None:
         """Write the part's rows of pi_old ``[B*K, T]`` from the update's first forward, detached, until
-        every part's are written (a batch trained on again keeps them)."""
+        every part's are written (a batch trained on again keeps them). Rows not written yet are NaN."""
         batch = part.batch
         if batch.old_complete:
             return
         if batch.old_token_log_probs is None:
             rows = (batch.scores.numel(), token_log_probs.shape[1])
-            batch.old_token_log_probs = token_log_probs.new_empty(rows)
+            batch.old_token_log_probs = token_log_probs.new_full(rows, float("nan"))
         batch.old_token_log_probs[part.rows] = token_log_probs.detach()
         batch.old_complete = int(part.rows[-1]) == batch.scores.numel() - 1
 

@@ -4,7 +4,7 @@ A group policy maps a batch of observations to the full log-probability vector o
 action set, ``action_log_probs(obs) -> [N, A]``. Everything an algorithm needs (sampling, the
 log-prob of given actions, SB3's ``predict``) is derived from that one method.
 
-A population (``n_members > 1``) predicts with one member, :attr:`GroupPolicy.predict_member` (0
+A population (``n_seeds > 1``) predicts with one member, :attr:`GroupPolicy.predict_member` (0
 unless set with :meth:`GroupPolicy.set_predict_member` or passed as ``predict(..., member=m)``), on
 any number of observations: that member's own forward (a cached one-member copy, refreshed when
 the population's parameters change) and, when sampling, that member's own generator.
@@ -52,12 +52,12 @@ class GroupPolicy(BasePolicy):
     :param optimizer_class: optimizer class (default: the policy's own, see subclasses)
     :param optimizer_kwargs: extra keyword arguments of the optimizer (not the lr)
     :param normalize_images: kept for SB3 compatibility
-    :param n_members: S independent members (a population of learners, the seeds of a run) whose
+    :param n_seeds: S independent members (a population of learners, the seeds of a run) whose
         parameters are stacked on a leading axis; a batch of ``N`` observations is member-major
         (rows ``m*N/S .. (m+1)*N/S - 1`` belong to member m). 1 is the plain policy.
     """
 
-    #: Whether the policy has populations (``n_members > 1``).
+    #: Whether the policy has populations (``n_seeds > 1``).
     supports_members: ClassVar[bool] = False
     #: Whether a population's update costs little more than one member's (bound by per-op overhead, not
     #: arithmetic: the logit table, the MLP), so that a run's seeds train best in as few processes as
@@ -72,7 +72,7 @@ class GroupPolicy(BasePolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = False,
-        n_members: int = 1,
+        n_seeds: int = 1,
     ) -> None:
         if not isinstance(action_space, spaces.Discrete):
             raise ValueError(f"{type(self).__name__} needs a Discrete action space, got {action_space}")
@@ -87,11 +87,11 @@ class GroupPolicy(BasePolicy):
         self.lr_schedule = lr_schedule
         self.n_actions = int(action_space.n)
         self.action_start = int(action_space.start)
-        if not isinstance(n_members, int) or isinstance(n_members, bool) or n_members < 1:
-            raise ValueError(f"n_members must be an integer >= 1, got {n_members!r}")
-        if n_members > 1 and not self.supports_members:
-            raise ValueError(f"n_members={n_members}: {type(self).__name__} has no populations")
-        self.n_members = n_members
+        if not isinstance(n_seeds, int) or isinstance(n_seeds, bool) or n_seeds < 1:
+            raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
+        if n_seeds > 1 and not self.supports_members:
+            raise ValueError(f"n_seeds={n_seeds}: {type(self).__name__} has no populations")
+        self.n_seeds = n_seeds
         #: One sampling generator per member (``load_members``); None: torch's global generator.
         self.member_generators: list[torch.Generator] | None = None
         #: The member whose actions :meth:`predict` returns (populations; see :meth:`set_predict_member`).
@@ -113,19 +113,19 @@ class GroupPolicy(BasePolicy):
 
     def _load_member(self, member: int, policy: GroupPolicy) -> None:
         """Copy the parameters of the one-member ``policy`` into member ``member`` (populations)."""
-        raise NotImplementedError(f"{type(self).__name__} has no populations (n_members > 1)")
+        raise NotImplementedError(f"{type(self).__name__} has no populations (n_seeds > 1)")
 
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:
         """``log pi_m(. | obs)`` of every member m on the same observations, shape ``[S, N, n_actions]``."""
-        raise NotImplementedError(f"{type(self).__name__} has no populations (n_members > 1)")
+        raise NotImplementedError(f"{type(self).__name__} has no populations (n_seeds > 1)")
 
     # ------------------------------------------------------------------ populations
     def load_members(self, policies: list[GroupPolicy], generators: list[torch.Generator]) -> None:
         """Make member m a copy of ``policies[m]`` (one-member policies of the same settings, each built
         under its own seed) that samples with ``generators[m]``: member m then acts and learns as
         ``policies[m]`` would alone (the optimizer state starts fresh, as in a new run)."""
-        if len(policies) != self.n_members or len(generators) != self.n_members:
-            raise ValueError(f"need {self.n_members} member policies and generators, got "
+        if len(policies) != self.n_seeds or len(generators) != self.n_seeds:
+            raise ValueError(f"need {self.n_seeds} member policies and generators, got "
                              f"{len(policies)} and {len(generators)}")
         with torch.no_grad():
             for member, policy in enumerate(policies):
@@ -134,27 +134,27 @@ class GroupPolicy(BasePolicy):
 
     def _store_member(self, member: int, policy: GroupPolicy) -> None:
         """Copy member ``member``'s parameters into the one-member ``policy`` (``_load_member`` reversed)."""
-        raise NotImplementedError(f"{type(self).__name__} has no populations (n_members > 1)")
+        raise NotImplementedError(f"{type(self).__name__} has no populations (n_seeds > 1)")
 
     def member_policy(self, member: int) -> GroupPolicy:
         """Member ``member`` of a population as a plain one-member policy of the same settings (its
         parameters copied, a fresh optimizer): predict, evaluate or save one seed of a population."""
         self._check_member(member)
         settings = self._get_constructor_parameters()
-        settings.pop("n_members", None)
+        settings.pop("n_seeds", None)
         policy = type(self)(**settings).to(self.device)
         with torch.no_grad():
-            if self.n_members == 1:
+            if self.n_seeds == 1:
                 policy.load_state_dict(self.state_dict())
             else:
                 self._store_member(member, policy)
         return policy
 
     def _check_member(self, member: Any) -> int:
-        """``member`` if it names a member (an integer in ``[0, n_members - 1]``), else a one-line error."""
+        """``member`` if it names a member (an integer in ``[0, n_seeds - 1]``), else a one-line error."""
         integer = isinstance(member, int | np.integer) and not isinstance(member, bool)
-        if not integer or not 0 <= member < self.n_members:
-            raise ValueError(f"member must be an integer in [0, {self.n_members - 1}], got {member!r}")
+        if not integer or not 0 <= member < self.n_seeds:
+            raise ValueError(f"member must be an integer in [0, {self.n_seeds - 1}], got {member!r}")
         return int(member)
 
     def set_predict_member(self, member: int) -> None:
@@ -184,7 +184,7 @@ class GroupPolicy(BasePolicy):
         :attr:`predict_member` (:meth:`member_policy`) kept between calls and refreshed whenever the
         population's parameters change (an optimizer step, ``load_state_dict``, a move to a device).
         Building it leaves torch's global generator untouched."""
-        if self.n_members == 1:
+        if self.n_seeds == 1:
             return self
         member = self.predict_member
         key = (member, self._optimizer_steps, *((p.data_ptr(), p._version) for p in self.parameters()))
@@ -203,7 +203,7 @@ class GroupPolicy(BasePolicy):
 
     def member_index(self, n_rows: int) -> Tensor:
         """The member of each row of a member-major batch of ``n_rows`` rows, shape ``[n_rows]``."""
-        return member_of_rows(n_rows, self.n_members, self.device)
+        return member_of_rows(n_rows, self.n_seeds, self.device)
 
     # ------------------------------------------------------------------ shared
     def _build_optimizer(self) -> None:
@@ -236,7 +236,7 @@ class GroupPolicy(BasePolicy):
 
     def _predict(self, observation: PyTorchObs, deterministic: bool = False) -> Tensor:
         generators = self.member_generators
-        if self.n_members == 1:
+        if self.n_seeds == 1:
             log_probs = self.action_log_probs(observation)
         else:  # one member on every row
             policy = self.predicting_policy()
@@ -256,16 +256,16 @@ class GroupPolicy(BasePolicy):
             optimizer_class=self._custom_optimizer_class,
             optimizer_kwargs=self.optimizer_kwargs,
         )
-        if self.n_members > 1:
-            data["n_members"] = self.n_members
+        if self.n_seeds > 1:
+            data["n_seeds"] = self.n_seeds
         return data
 
 
-def member_of_rows(n_rows: int, n_members: int, device: torch.device | str | None = None) -> Tensor:
-    """The member of each row of a member-major batch (``n_members`` equal blocks of rows), ``[n_rows]``."""
-    if n_rows % n_members:
-        raise ValueError(f"a batch of {n_rows} rows cannot be split among {n_members} members")
-    return torch.arange(n_rows, device=device) // (n_rows // n_members)
+def member_of_rows(n_rows: int, n_seeds: int, device: torch.device | str | None = None) -> Tensor:
+    """The member of each row of a member-major batch (``n_seeds`` equal blocks of rows), ``[n_rows]``."""
+    if n_rows % n_seeds:
+        raise ValueError(f"a batch of {n_rows} rows cannot be split among {n_seeds} members")
+    return torch.arange(n_rows, device=device) // (n_rows // n_seeds)
 
 
 def sample_categorical(log_probs: Tensor, generators: list[torch.Generator] | None = None) -> Tensor:

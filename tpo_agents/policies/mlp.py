@@ -34,7 +34,7 @@ class MlpSoftmaxPolicy(GroupPolicy):
     :param optimizer_class: optimizer class (default Adam)
     :param optimizer_kwargs: extra optimizer keyword arguments
     :param normalize_images: divide image observations by 255 (off by default)
-    :param n_members: S independent networks, each layer's weights stacked ``[S, out, in]`` (each
+    :param n_seeds: S independent networks, each layer's weights stacked ``[S, out, in]`` (each
         member's ``nn.Linear`` weight) and biases ``[S, out, 1]``, applied with batched matrix products
         to feature-major activations ``[S, features, n]`` (see :meth:`_member_net`, :class:`GroupPolicy`)
     """
@@ -52,7 +52,7 @@ class MlpSoftmaxPolicy(GroupPolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = False,
-        n_members: int = 1,
+        n_seeds: int = 1,
     ) -> None:
         super().__init__(
             observation_space,
@@ -61,7 +61,7 @@ class MlpSoftmaxPolicy(GroupPolicy):
             optimizer_class=optimizer_class,
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=normalize_images,
-            n_members=n_members,
+            n_seeds=n_seeds,
         )
         self.net_arch = list(net_arch) if net_arch is not None else [50, 50]
         self.activation_fn = activation_fn
@@ -69,7 +69,7 @@ class MlpSoftmaxPolicy(GroupPolicy):
         if isinstance(observation_space, spaces.Discrete):
             self.input_dim = int(observation_space.n)
         widths = [self.input_dim, *self.net_arch, self.n_actions]
-        if n_members == 1:
+        if n_seeds == 1:
             layers: list[nn.Module] = []
             for fan_in, fan_out in zip(widths[:-1], widths[1:], strict=True):
                 layers += [nn.Linear(fan_in, fan_out), activation_fn()]
@@ -80,8 +80,8 @@ class MlpSoftmaxPolicy(GroupPolicy):
                     nn.init.zeros_(module.bias)
         else:  # [S, out, in] kernels and [S, out, 1] biases, filled by load_members
             pairs = list(zip(widths[:-1], widths[1:], strict=True))
-            self.kernels = nn.ParameterList([nn.Parameter(torch.zeros(n_members, o, i)) for i, o in pairs])
-            self.biases = nn.ParameterList([nn.Parameter(torch.zeros(n_members, o, 1)) for _, o in pairs])
+            self.kernels = nn.ParameterList([nn.Parameter(torch.zeros(n_seeds, o, i)) for i, o in pairs])
+            self.biases = nn.ParameterList([nn.Parameter(torch.zeros(n_seeds, o, 1)) for _, o in pairs])
             self.activation = activation_fn()
         self._build_optimizer()
 
@@ -126,17 +126,17 @@ class MlpSoftmaxPolicy(GroupPolicy):
         (:func:`tpo_agents.layout.log_softmax_last`)."""
         x = self._features(obs)
         few = self.n_actions <= ACTION_MAJOR_MAX_ACTIONS
-        if self.n_members == 1:
+        if self.n_seeds == 1:
             scores = self.net(x)
             return as_action_major(scores) if few else scores
-        scores = self._member_net(x.reshape(self.n_members, -1, x.shape[-1]))  # [S, A, n]
+        scores = self._member_net(x.reshape(self.n_seeds, -1, x.shape[-1]))  # [S, A, n]
         if few:  # [A, S, n] in memory: rows member-major, the actions outermost
             return scores.transpose(0, 1).contiguous().reshape(self.n_actions, -1).T
         return scores.mT.reshape(len(x), self.n_actions)
 
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:
         x = self._features(obs)
-        if self.n_members == 1:
+        if self.n_seeds == 1:
             return torch.log_softmax(self.net(x), dim=-1).unsqueeze(0)
         return torch.log_softmax(self._member_net(x), dim=1).mT  # over the actions of [S, A, n]
 

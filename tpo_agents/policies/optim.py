@@ -67,16 +67,16 @@ class NormalizedStep(EagerOptimizer):
     :param params: parameters (or parameter groups)
     :param lr: the step length alpha
     :param eps: added under the square root (1e-30 in the reference)
-    :param n_members: the parameters hold S independent members on their leading axis (a population,
-        ``GroupPolicy(n_members=S)``); each member is normalised by its own norm
+    :param n_seeds: the parameters hold S independent members on their leading axis (a population,
+        ``GroupPolicy(n_seeds=S)``); each member is normalised by its own norm
     """
 
     def __init__(
-        self, params: Iterable[Any], lr: float = 0.1, eps: float = 1e-30, n_members: int = 1
+        self, params: Iterable[Any], lr: float = 0.1, eps: float = 1e-30, n_seeds: int = 1
     ) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
-        self.n_members = n_members
+        self.n_seeds = n_seeds
         super().__init__(params, {"lr": lr, "eps": eps, "step": 0})
 
     @torch.no_grad()
@@ -90,7 +90,7 @@ class NormalizedStep(EagerOptimizer):
             group["step"] += 1
         if not grads:
             return loss
-        members = self.n_members
+        members = self.n_seeds
         sq = sum(_squared_norm(g, members > 1) for g in grads)
         eps = self.param_groups[0]["eps"]
         inv_norm = 1.0 / torch.sqrt(sq + eps)
@@ -176,15 +176,15 @@ def newton_schulz_all(
 def split_muon_adam(
     params: Iterable[Any],
     is_muon: Callable[[str, Tensor], bool] | None = None,
-    n_members: int = 1,
+    n_seeds: int = 1,
 ) -> list[dict[str, Any]]:
     """Partition parameters into a ``kind="muon"`` group and a ``kind="adam"`` group.
 
     ``params`` holds tensors or ``(name, tensor)`` pairs (as ``module.named_parameters()``). The default
-    rule is optax's: exactly 2-D arrays go to Muon, everything else to Adam (with ``n_members > 1``, the
+    rule is optax's: exactly 2-D arrays go to Muon, everything else to Adam (with ``n_seeds > 1``, the
     shape after the leading member axis). Empty groups are dropped.
     """
-    member_axes = int(n_members > 1)
+    member_axes = int(n_seeds > 1)
     rule = is_muon if is_muon is not None else (lambda _name, p: p.ndim - member_axes == 2)
     groups: dict[str, dict[str, list[Any]]] = {
         "muon": {"params": [], "param_names": []},
@@ -241,7 +241,7 @@ class MuonAdam(EagerOptimizer):
     :param adam_eps_root: epsilon inside the square root
     :param adam_nesterov: Nesterov momentum for the Adam part
     :param adam_weight_decay: decoupled weight decay of the Adam part
-    :param n_members: the parameters hold S independent members on their leading axis (a population):
+    :param n_seeds: the parameters hold S independent members on their leading axis (a population):
         Muon orthogonalizes each member's matrix on its own; Adam is elementwise anyway
     """
 
@@ -261,11 +261,11 @@ class MuonAdam(EagerOptimizer):
         adam_eps_root: float = 0.0,
         adam_nesterov: bool = True,
         adam_weight_decay: float = 0.0,
-        n_members: int = 1,
+        n_seeds: int = 1,
     ) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
-        self.n_members = n_members
+        self.n_seeds = n_seeds
         params = list(params)
         if params and isinstance(params[0], dict):
             groups = params
@@ -273,7 +273,7 @@ class MuonAdam(EagerOptimizer):
                 if group.get("kind") not in ("muon", "adam"):
                     raise ValueError("every explicit parameter group needs kind='muon' or kind='adam'")
         else:
-            groups = split_muon_adam(params, n_members=n_members)
+            groups = split_muon_adam(params, n_seeds=n_seeds)
         adam_lr = lr if adam_lr is None else adam_lr
         for group in groups:
             if group["kind"] == "adam" and "lr" not in group:
@@ -294,7 +294,7 @@ class MuonAdam(EagerOptimizer):
             "step": 0,
         }
         super().__init__(groups, defaults)
-        matrix_dims = 2 + int(n_members > 1)
+        matrix_dims = 2 + int(n_seeds > 1)
         for group in self.param_groups:
             if group["kind"] == "muon":
                 for p in group["params"]:

@@ -32,7 +32,7 @@ class TabularSoftmaxPolicy(GroupPolicy):
     :param init: ``"zeros"`` (uniform policy) or ``"normal"`` (i.i.d. N(0, 1) logits, torch's global RNG)
     :param optimizer_class: optimizer class (default :class:`NormalizedStep`)
     :param optimizer_kwargs: extra optimizer keyword arguments
-    :param n_members: S independent tables ``[S, n_contexts, n_actions]`` (see :class:`GroupPolicy`);
+    :param n_seeds: S independent tables ``[S, n_contexts, n_actions]`` (see :class:`GroupPolicy`);
         the normalised step then uses each member's own norm
     """
 
@@ -48,7 +48,7 @@ class TabularSoftmaxPolicy(GroupPolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = False,
-        n_members: int = 1,
+        n_seeds: int = 1,
     ) -> None:
         super().__init__(
             observation_space,
@@ -57,7 +57,7 @@ class TabularSoftmaxPolicy(GroupPolicy):
             optimizer_class=optimizer_class,
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=normalize_images,
-            n_members=n_members,
+            n_seeds=n_seeds,
         )
         if not isinstance(observation_space, spaces.Discrete):
             raise ValueError(
@@ -67,7 +67,7 @@ class TabularSoftmaxPolicy(GroupPolicy):
         self.obs_start = int(observation_space.start)
         self.init = init
         shape = (self.n_contexts, self.n_actions)
-        table = torch.empty(shape if n_members == 1 else (n_members, *shape))
+        table = torch.empty(shape if n_seeds == 1 else (n_seeds, *shape))
         if init == "zeros":
             table.zero_()
         elif init == "normal":
@@ -80,7 +80,7 @@ class TabularSoftmaxPolicy(GroupPolicy):
         self._build_optimizer()
 
     def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        return NormalizedStep(self.parameters(), lr=lr, n_members=self.n_members, **self.optimizer_kwargs)
+        return NormalizedStep(self.parameters(), lr=lr, n_seeds=self.n_seeds, **self.optimizer_kwargs)
 
     def _load_member(self, member: int, policy: GroupPolicy) -> None:
         self.logits[member].copy_(policy.logits)
@@ -97,13 +97,13 @@ class TabularSoftmaxPolicy(GroupPolicy):
         contexts = self.context_index(obs)
         # the table is normalised once, then its rows gathered (rows repeat contexts), in its layout
         table = log_softmax_last(self.logits)
-        rows = (contexts,) if self.n_members == 1 else (self.member_index(len(contexts)), contexts)
+        rows = (contexts,) if self.n_seeds == 1 else (self.member_index(len(contexts)), contexts)
         if not is_action_major(table):
             return table[rows]
         return table.movedim(-1, 0)[(slice(None), *rows)].movedim(0, -1)
 
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:
-        table = self.logits if self.n_members > 1 else self.logits.unsqueeze(0)
+        table = self.logits if self.n_seeds > 1 else self.logits.unsqueeze(0)
         return torch.log_softmax(table[:, self.context_index(obs)], dim=-1)
 
     def all_log_probs(self) -> Tensor:

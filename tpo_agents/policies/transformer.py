@@ -22,7 +22,7 @@ parameter                                  shape               optimizer
 ``head.kernel`` / ``head.bias``            (d, V) / (V,)       Muon / Adam
 =========================================  ==================  =========
 
-Populations (``n_members = S``): every parameter gets a leading member axis and every layer with
+Populations (``n_seeds = S``): every parameter gets a leading member axis and every layer with
 parameters applies member m's to rows ``m*N/S .. (m+1)*N/S - 1`` of a member-major batch (batched
 matmuls); attention itself has no parameters and runs on all rows at once.
 """
@@ -367,7 +367,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
     :param ffn_mult: FFN width multiplier (4)
     :param optimizer_class: optimizer class (default :class:`MuonAdam` on the flax partition)
     :param optimizer_kwargs: extra optimizer keyword arguments
-    :param n_members: S independent transformers (see :class:`GroupPolicy` and the module docstring);
+    :param n_seeds: S independent transformers (see :class:`GroupPolicy` and the module docstring);
         Muon orthogonalizes each member's matrices on its own
     """
 
@@ -385,7 +385,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = False,
-        n_members: int = 1,
+        n_seeds: int = 1,
     ) -> None:
         super().__init__(
             observation_space,
@@ -394,7 +394,7 @@ class TransformerSoftmaxPolicy(GroupPolicy):
             optimizer_class=optimizer_class,
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=normalize_images,
-            n_members=n_members,
+            n_seeds=n_seeds,
         )
         if not isinstance(observation_space, spaces.MultiDiscrete) or len(observation_space.shape) != 1:
             raise ValueError(
@@ -408,14 +408,14 @@ class TransformerSoftmaxPolicy(GroupPolicy):
         self.pad_token = self.vocab_size
         self.model_kwargs = dict(d_model=d_model, n_heads=n_heads, n_layers=n_layers, ffn_mult=ffn_mult)
         self.model = CausalTransformer(self.vocab_size, 2 * self.horizon, **self.model_kwargs)
-        if n_members > 1:  # every parameter stacked on a leading member axis, filled by load_members
+        if n_seeds > 1:  # every parameter stacked on a leading member axis, filled by load_members
             for module in self.model.modules():
                 for name, p in list(module.named_parameters(recurse=False)):
-                    setattr(module, name, nn.Parameter(p.detach().expand(n_members, *p.shape).clone()))
+                    setattr(module, name, nn.Parameter(p.detach().expand(n_seeds, *p.shape).clone()))
         self._build_optimizer()
 
     def _default_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        return MuonAdam(self.named_parameters(), lr=lr, n_members=self.n_members, **self.optimizer_kwargs)
+        return MuonAdam(self.named_parameters(), lr=lr, n_seeds=self.n_seeds, **self.optimizer_kwargs)
 
     def _load_member(self, member: int, policy: GroupPolicy) -> None:
         for name, p in self.named_parameters():
@@ -428,8 +428,8 @@ class TransformerSoftmaxPolicy(GroupPolicy):
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:
         assert isinstance(obs, Tensor)
         tokens = obs.reshape(-1, 2 * self.horizon)
-        log_probs = self.action_log_probs(tokens.repeat(self.n_members, 1))
-        return log_probs.reshape(self.n_members, len(tokens), -1)
+        log_probs = self.action_log_probs(tokens.repeat(self.n_seeds, 1))
+        return log_probs.reshape(self.n_seeds, len(tokens), -1)
 
     # ----------------------------------------------------------------- log-probs
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:

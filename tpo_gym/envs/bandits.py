@@ -126,9 +126,9 @@ class KArmedBanditVectorEnv(BatchedTaskVectorEnv):
     ``BatchedTaskVectorEnv``); ``correct_arm`` is the correct arm."""
 
     def __init__(self, num_envs: int, n_arms: int = 100, correct_arm: int = 0, group_size: int = 1,
-                 max_episode_steps: int | None = None, n_members: int = 1) -> None:
+                 max_episode_steps: int | None = None, n_seeds: int = 1) -> None:
         super().__init__(BanditTask(1, n_arms, correct_arm), num_envs, group_size, max_episode_steps,
-                         n_members)
+                         n_seeds)
 
     @property
     def correct_arm(self) -> int:
@@ -141,9 +141,9 @@ class MultiContextBanditVectorEnv(BatchedTaskVectorEnv):
     ``BatchedTaskVectorEnv``); ``contexts`` [n] are the current context indices."""
 
     def __init__(self, num_envs: int, n_contexts: int = 100, n_arms: int = 10, correct_arm: Any = 0,
-                 group_size: int = 1, max_episode_steps: int | None = None, n_members: int = 1) -> None:
+                 group_size: int = 1, max_episode_steps: int | None = None, n_seeds: int = 1) -> None:
         super().__init__(BanditTask(n_contexts, n_arms, correct_arm), num_envs, group_size,
-                         max_episode_steps, n_members)
+                         max_episode_steps, n_seeds)
 
     @property
     def correct_arms(self) -> np.ndarray:

@@ -138,9 +138,9 @@ class MNISTBanditVectorEnv(BatchedTaskVectorEnv):
 
     def __init__(self, num_envs: int, split: str = "train", data_dir: str | os.PathLike[str] | None = None,
                  group_size: int = 1, max_episode_steps: int | None = None,
-                 render_mode: str | None = None, download: bool = False, n_members: int = 1) -> None:
+                 render_mode: str | None = None, download: bool = False, n_seeds: int = 1) -> None:
         super().__init__(MNISTTask.from_split(split, data_dir, download), num_envs, group_size,
-                         max_episode_steps, n_members)
+                         max_episode_steps, n_seeds)
         self.split = split
         self.render_mode = check_render_mode(render_mode, RENDER_MODES)
 

@@ -174,9 +174,9 @@ class TokenTaskVectorEnv(BatchedTaskVectorEnv):
 
     def __init__(self, num_envs: int, logic: str = "copy", reward: str = "bag_of_tokens",
                  sequence_length: int = 10, vocab_size: int = 2, group_size: int = 1,
-                 max_episode_steps: int | None = None, n_members: int = 1) -> None:
+                 max_episode_steps: int | None = None, n_seeds: int = 1) -> None:
         super().__init__(TokenTask(logic, reward, sequence_length, vocab_size), num_envs, group_size,
-                         max_episode_steps, n_members)
+                         max_episode_steps, n_seeds)
 
     @property
     def prompts(self) -> np.ndarray:

@@ -112,10 +112,12 @@ def test_a_batch_is_groups_of_completions_of_one_prompt(model_dir):
     first = model.mode.log_probs(model.policy, part)
     model.mode.keep_old_log_probs(part, first)
     assert batch.old_token_log_probs.shape == batch.completions.completion_mask.shape
+    assert th.equal(batch.old_token_log_probs[part.rows], first.detach())
+    assert th.isnan(batch.old_token_log_probs[8:]).all()  # the second part's rows: not written yet
     old = batch.old_token_log_probs.clone()
     view = model.mode.group_view(part, model.mode.log_probs(model.policy, part))
     assert view.logscores.shape == (2, 4) and th.equal(view.logscores, view.old_logscores)
-    assert th.equal(batch.old_token_log_probs, old)  # computing log pi_theta writes nothing
+    th.testing.assert_close(batch.old_token_log_probs, old, rtol=0, atol=0, equal_nan=True)  # writes nothing
 
 
 def test_pi_old_is_the_first_epoch_s_forward_and_stays(model_dir):

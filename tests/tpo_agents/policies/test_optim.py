@@ -202,7 +202,7 @@ def test_normalized_step_normalises_each_member_in_any_memory_layout() -> None:
     table.grad = torch.as_tensor(g_table, dtype=torch.float32).permute(2, 0, 1).contiguous().permute(1, 2, 0)
     scalar.grad = torch.as_tensor(g_scalar, dtype=torch.float32)
     before_table, before_scalar = table.detach().clone(), scalar.detach().clone()
-    NormalizedStep([table, scalar], lr=0.5, n_members=3).step()
+    NormalizedStep([table, scalar], lr=0.5, n_seeds=3).step()
     assert th_equal_grads(table.grad, g_table) and th_equal_grads(scalar.grad, g_scalar)  # left as they were
     g_table, g_scalar = table.grad.double().numpy(), scalar.grad.double().numpy()  # the float32 gradients
     norms = np.sqrt((g_table**2).sum((1, 2)) + g_scalar**2 + 1e-30)

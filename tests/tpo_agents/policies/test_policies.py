@@ -373,17 +373,17 @@ def test_causal_attention_equals_torch_sdpa_and_its_gradient(n_queries: int, n_k
         torch.testing.assert_close(ours, torch_grad, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("n_members", [1, 2])
-def test_hidden_from_a_position_equals_the_full_forward_and_its_gradient(n_members: int) -> None:
+@pytest.mark.parametrize("n_seeds", [1, 2])
+def test_hidden_from_a_position_equals_the_full_forward_and_its_gradient(n_seeds: int) -> None:
     """The last layer computes its outputs from ``first`` on only: the same rows and parameter gradients
     as the full forward's."""
-    policy = token_policy(V=3, H=4, seed=5, n_members=n_members)
+    policy = token_policy(V=3, H=4, seed=5, n_seeds=n_seeds)
     gen = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, 3, (4 * n_members, 7), generator=gen)
-    weights = torch.randn(4 * n_members, 4, policy.model.d_model, generator=gen)
+    tokens = torch.randint(0, 3, (4 * n_seeds, 7), generator=gen)
+    weights = torch.randn(4 * n_seeds, 4, policy.model.d_model, generator=gen)
     grads = []
     for hidden in (policy.model.hidden(tokens, 3), policy.model.hidden(tokens)[:, 3:]):
-        assert hidden.shape == (4 * n_members, 4, policy.model.d_model)
+        assert hidden.shape == (4 * n_seeds, 4, policy.model.d_model)
         policy.zero_grad()
         (weights * hidden).sum().backward()
         grads.append({name: p.grad.clone() for name, p in policy.named_parameters() if p.grad is not None})

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .checks import ENV_TOOL
 from .reward import SPLITS
 
 __all__ = ["dataset_rows", "environment_rows", "export_dataset", "tools_config"]
@@ -111,12 +112,13 @@ def environment_rows(
         raise ValueError(f"--tasks {tasks!r}: expected an integer >= 1")
     tools, task = TOOL_SETS[full_id], gym.make(full_id, **kwargs).unwrapped.task
     kwargs_json = json.dumps(kwargs, sort_keys=True)
+    source = f"tpo_gym/{full_id.removeprefix('TPO/').removesuffix('-v0')}"
     prefix = [{"role": "system", "content": system_prompt}] if system_prompt else []
     rows: dict[str, list[dict[str, Any]]] = {}
     for seed, split in enumerate(SPLITS):
         rows[split] = [
             {
-                "data_source": f"tpo_gym/{full_id.removeprefix('TPO/').removesuffix('-v0')}",
+                "data_source": source,
                 "prompt": [*prefix, {"role": "user", "content": text}],
                 "ability": "agent",
                 "agent_name": "tool_agent",
@@ -138,7 +140,7 @@ def tools_config(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> di
     from tpo_agents.integrations.env_tools import TOOL_SETS
 
     full_id, kwargs = _env_kwargs(env_id, env_kwargs)
-    return {"tools": [{"class_name": "tpo_agents.integrations.verl.tools.EnvTool",
+    return {"tools": [{"class_name": ENV_TOOL,
                        "config": {"type": "native", "env_id": full_id, "tool": name, "env_kwargs": kwargs}}
                       for name in TOOL_SETS[full_id].tools]}
 

@@ -151,6 +151,13 @@ COMMANDS: dict[str, Smoke | NotRun] = {
     "python -m experiments.agent_tasks --env GuessNumber --tasks 4 --samples 8": Smoke(
         "python -m experiments.agent_tasks --env GuessNumber --tasks 1 --samples 2 --env-kwargs max_turns:2 "
         "--config model:{model} max_new_tokens:4", prints="| `TPO/GuessNumber-v0` | max_turns=2 | 1 x 2 |"),
+    "python -m experiments.agent_tasks --env Calculator --tasks 2 --samples 4 --transcripts 8": Smoke(
+        "python -m experiments.agent_tasks --env Calculator --tasks 1 --samples 2 --transcripts 1 "
+        "--env-kwargs digits:1 max_turns:2 --config model:{model} max_new_tokens:4", prints="--- task 0: "),
+    "python -m tpo_agents.integrations.verl export --env GuessNumber --out data/verl/guess_number": Smoke(
+        "python -m tpo_agents.integrations.verl export --env GuessNumber --out data/verl/guess_number "
+        "--tasks 2",
+        writes="data/verl/guess_number/tools.yaml", needs="pyarrow"),
     "python -m tpo_agents.evaluate --algo tpo --env ReasoningGym -f logs/ -n 100 --pass-k 8": Smoke(
         "python -m tpo_agents.evaluate --algo tpo --env ReasoningGym -f logs/ -n 2 --pass-k 2",
         prints="2 eval items: greedy mean score", group="llm", before=(LLM_TRAIN,), stand_in=True,

@@ -119,3 +119,13 @@ def test_a_moved_or_deleted_name_is_found() -> None:
     assert not defined_in_source("tpo_agents.base_class._EpisodeMonitor")
     assert not defined_in_source("tpo_agents.zoo_configs") and not importable("tpo_agents.zoo_configs")
     assert importable("tpo_agents.TPO")  # made on first use (the package's __getattr__)
+
+
+def test_the_architecture_page_walks_at_most_six_library_files_that_exist() -> None:
+    """docs/architecture.md's table of one TPO update: every library file it names exists, and the update
+    passes through at most six of them (the policy's own files are described below the table)."""
+    table = [line for line in (ROOT / "docs" / "architecture.md").read_text().splitlines()
+             if re.match(r"\| \d+ \|", line)]
+    files = {name for line in table for name in re.findall(r"`(tpo_agents/[\w/]+\.py)`", line)}
+    assert table and all((ROOT / name).is_file() for name in files), files
+    assert 2 <= len(files) <= 6, sorted(files)

@@ -3,7 +3,8 @@
 (the first is taken; the env scores them when K > 1), and returns the steps as tensors.
 
 Everything is batched: one policy forward per time step for all contexts x K (each shared prefix decoded
-once, :mod:`tpo_agents.decoding`), numpy env steps, no Python loop over sub-envs, candidates or groups.
+once, :mod:`tpo_agents.policies.decoding`), numpy env steps, no Python loop over sub-envs, candidates or
+groups.
 Each mode builds its batch from them (:func:`tpo_agents.modes.episodes.collect_episodes`,
 :func:`tpo_agents.modes.token.collect_token_groups`).
 """
@@ -16,9 +17,9 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
-from tpo_agents.decoding import StepLogProbs, distinct_sequences, rescored_by_sequence
 from tpo_agents.layout import is_action_major
 from tpo_agents.policies.base import multinomial_rows
+from tpo_agents.policies.decoding import StepLogProbs, distinct_sequences, rescored_by_sequence
 from tpo_agents.policies.protocols import ActionPolicy
 
 StepHook = Callable[[int], bool]

@@ -12,8 +12,8 @@ from stable_baselines3.common.logger import KVWriter, Logger, configure
 
 import tpo_gym  # noqa: F401
 from tpo_agents import DG, GRPO, PG, PPO, TPO, GroupPG, losses
-from tpo_agents.decoding import StepLogProbs
 from tpo_agents.modes.exact import ExactBatch
+from tpo_agents.policies.decoding import StepLogProbs
 from tpo_agents.rollout import stack_steps
 
 th.set_num_threads(1)

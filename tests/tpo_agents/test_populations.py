@@ -250,7 +250,7 @@ def test_twenty_seed_final_errors_equal_the_per_seed_runs():
 
 
 def test_member_unique_shares_rows_within_members_only():
-    from tpo_agents.decoding import member_unique
+    from tpo_agents.policies.decoding import member_unique
 
     keys = th.tensor([[1, 0], [1, 0], [2, 0], [1, 0], [0, 1], [0, 1], [0, 1], [0, 1]])  # 2 members x 4 rows
     distinct, inverse = member_unique(keys, 1)
@@ -268,7 +268,7 @@ def test_member_unique_shares_rows_within_members_only():
 def test_unique_rows_is_torch_unique_over_rows(shape, low, high):
     """The mixed-radix shortcut (and, for keys too wide for int64 codes, the fallback: V = 16, 20 columns)
     gives torch's distinct rows, in its order, and its inverse."""
-    from tpo_agents.decoding import unique_rows
+    from tpo_agents.policies.decoding import unique_rows
 
     keys = th.randint(low, high, shape, generator=th.Generator().manual_seed(shape[0]))
     keys[len(keys) // 2:] = keys[: len(keys) - len(keys) // 2].clone()  # repeated rows
@@ -284,7 +284,7 @@ def test_unique_rows_is_torch_unique_over_rows(shape, low, high):
     th.tensor([[255, 0], [3, 7], [255, 0]], dtype=th.uint8),
 ])
 def test_unique_rows_takes_any_key_dtype_and_range(keys):
-    from tpo_agents.decoding import unique_rows
+    from tpo_agents.policies.decoding import unique_rows
 
     distinct, inverse = unique_rows(keys)
     want_distinct, want_inverse = th.unique(keys, dim=0, return_inverse=True)

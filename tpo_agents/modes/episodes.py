@@ -11,8 +11,8 @@ import numpy as np
 import torch as th
 from gymnasium.vector import VectorEnv
 
-from tpo_agents.decoding import episode_log_probs
 from tpo_agents.modes.base import CollectionMode, StepHook
+from tpo_agents.policies.decoding import episode_log_probs
 from tpo_agents.policies.protocols import ActionPolicy
 from tpo_agents.rollout import as_tensor, context_ids, distinct_for, env_prompts, run_episodes
 
@@ -35,7 +35,7 @@ class Episodes:
     group_size: int
     prompts: th.Tensor | None = None  # [N, H] for the token tasks (teacher-forced re-scoring)
     #: the distinct rows of [prompt, actions] and the inverse index, where a sequence policy re-scores them
-    #: (``tpo_agents.decoding.distinct_sequences``)
+    #: (``tpo_agents.policies.decoding.distinct_sequences``)
     distinct: tuple[th.Tensor, th.Tensor] | None = field(default=None, repr=False)
     #: log pi_theta with gradient from the forward a fast collector sampled from (the MLP on MNIST), handed to
     #: the update's first epoch (``CollectionMode.log_probs``); None: the update forwards itself.
@@ -43,7 +43,7 @@ class Episodes:
 
     def log_probs(self, policy: Any) -> th.Tensor:
         """log pi_theta(.|x_t) at every step ``[N, T, A]``, with gradient
-        (:func:`~tpo_agents.decoding.episode_log_probs`)."""
+        (:func:`~tpo_agents.policies.decoding.episode_log_probs`)."""
         return episode_log_probs(policy, self)
 
     def per_sample(self, log_probs: th.Tensor) -> th.Tensor:

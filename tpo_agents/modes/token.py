@@ -9,9 +9,9 @@ import torch as th
 from gymnasium.vector import VectorEnv
 
 from tpo_agents import losses
-from tpo_agents.decoding import episode_log_probs
 from tpo_agents.modes.base import EnvTraits, GroupView, StepHook
 from tpo_agents.modes.episodes import EpisodeMode
+from tpo_agents.policies.decoding import episode_log_probs
 from tpo_agents.policies.protocols import ActionPolicy
 from tpo_agents.rollout import as_tensor, distinct_for, env_prompts, run_episodes
 

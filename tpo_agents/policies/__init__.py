@@ -3,7 +3,8 @@
 Every policy is a Stable-Baselines3 ``BasePolicy`` with an ``optimizer`` built from ``lr_schedule(1)``.
 The categorical ones have ``action_log_probs(obs) -> [N, A]``; SB3-style aliases: ``TabularPolicy``,
 ``MlpPolicy``, ``TransformerPolicy``. ``LLMPolicy`` is a language model over text (needs the ``llm``
-extra when built; importing it does not).
+extra when built; importing it does not). :mod:`.decoding` gives any of them its log-probabilities along a
+batch's sequences (SB3's ``evaluate_actions``), each distinct prefix or sequence computed once.
 """
 
 from .base import GroupPolicy, lecun_normal_, sample_categorical

@@ -131,7 +131,7 @@ def test_a_batch_without_signal_leaves_the_transformer_where_it_was(algo, mode, 
 def test_pi_old_is_the_update_s_own_forward_at_theta_old():
     """The batch's pi_old is the teacher-forced re-scoring the loss computes at theta_old, bit for bit
     (sampling decodes with a KV cache, whose log-probs differ by rounding): the first epoch's forward."""
-    from tpo_agents.decoding import episode_log_probs
+    from tpo_agents.policies.decoding import episode_log_probs
 
     model = token_task_model("grpo", "sequence", "terminal")
     batch = collect(model)

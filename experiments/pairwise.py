@@ -119,3 +119,31 @@ def pairwise_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
                       f"{row['seed_steps_p']:.2g}", f"{row['seed_steps_lower']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", PAIRWISE_LEGEND])
+
+
+def findings(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
+    """The rows of ``pairwise`` in words, one line per (variant, method): the difference of the final
+    errors with its interval, exact p and seed counts once both methods hold the variant's full seeds
+    (``experiment.seeds_of``), and which way the interval lies (below zero: TPO lower; above: TPO higher;
+    across: no difference shown at that number of seeds); before then, how many seeds each has."""
+    percent = not experiment.name.startswith("tabular")
+    unit = " pp" if percent else ""
+    lines = []
+    for row in rows:
+        full = experiment.seeds_of(row["variant"])
+        n_tpo, n_other = row["seeds"]
+        head = f"- `{row['variant']}`, {row['reference']} − {row['label']}:"
+        if min(n_tpo, n_other) < full:
+            lines.append(f"{head} no result yet ({n_tpo} and {n_other} of {full} seeds committed).")
+            continue
+        low, high = row["final_difference_ci"]
+        if high < 0:
+            verdict = f"{row['reference']} lower"
+        elif low > 0:
+            verdict = f"{row['reference']} higher"
+        else:
+            verdict = f"the interval holds zero: no difference shown at {n_tpo} against {n_other} seeds"
+        lines.append(f"{head} final error {_fmt_difference(row['final_difference'], percent)}{unit} "
+                     f"(95% interval [{_fmt_difference(low, percent)}, {_fmt_difference(high, percent)}], "
+                     f"exact rank-sum p = {row['final_p']:.2g}, {n_tpo} against {n_other} seeds): {verdict}.")
+    return "\n".join(lines)

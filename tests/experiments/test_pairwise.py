@@ -13,7 +13,7 @@ import pytest
 from experiments.core import save_seed, seed_path
 from experiments.definitions import get_experiment
 from experiments.metrics import BOOTSTRAP_SEED, bootstrap_difference, difference, rank_sum_test
-from experiments.pairwise import compare, pairwise
+from experiments.pairwise import compare, findings, pairwise
 from experiments.report import _ordered, load_runs, report
 
 
@@ -148,3 +148,25 @@ def test_report_compares_tpo_with_each_method_of_its_cell_and_keeps_the_rows(tmp
     summary = json.loads((tmp_path / "figs" / "vocab_sweep.json").read_text())
     assert summary["pairwise"] == [row]
     assert [r["algo"] for r in summary["rows"]] == ["tpo", "grpo", "grpo"]
+
+
+def _row(variant, seeds, difference_, ci, p):
+    return {"variant": variant, "algo": "grpo", "label": "grpo", "reference": "tpo", "seeds": seeds,
+            "final_difference": difference_, "final_difference_ci": ci, "final_p": p}
+
+
+def test_findings_say_no_result_before_the_full_seeds_and_read_the_interval_after():
+    study = get_experiment("llm_study")
+    full = study.seeds_of("exact/gcd_60")
+    rows = [_row("exact/gcd_60", [full, full - 1], -0.1, [-0.2, -0.05], 0.03),
+            _row("exact/gcd_60", [full, full], -0.0625, [-0.125, -0.015625], 2 / 252),
+            _row("exact/chain_sum_2x2", [full, full], 0.03125, [-0.0625, 0.09375], 0.5),
+            _row("partial/spell_backward_3", [full, full], 0.05, [0.01, 0.09], 0.0159)]
+    lines = findings(study, rows).splitlines()
+    head = "- `exact/gcd_60`, tpo − grpo:"
+    assert lines[0] == f"{head} no result yet ({full} and {full - 1} of {full} seeds committed)."
+    assert lines[1] == (f"{head} final error -6.25 pp (95% interval [-12.50, -1.56], exact rank-sum "
+                        f"p = 0.0079, {full} against {full} seeds): tpo lower.")
+    assert lines[2].endswith(f"the interval holds zero: no difference shown at {full} against {full} seeds.")
+    assert "+3.12 pp" in lines[2]
+    assert lines[3].endswith("p = 0.016, 5 against 5 seeds): tpo higher.") and full == 5

@@ -113,6 +113,7 @@ def test_the_validator_asks_env_tools_for_the_episode_reward(tmp_path: Path) -> 
     (["--env", "TokenReversal"], "--env 'TokenReversal' is neither a text env nor a multi-turn env"),
     (["--env", "GuessNumber", "--tasks", "0"], "--tasks 0: expected an integer >= 1"),
     (["--env", "GuessNumber", "--env-kwargs", "max_turns:0"], "max_turns"),
+    (["--env", "GraphColor", "--tasks", "4"], "--tasks 4: only a multi-turn env (TPO/GuessNumber-v0, "),
 ])
 def test_export_refuses_bad_input_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  argv: list[str], message: str) -> None:

@@ -48,8 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument("--env-kwargs", nargs="+", default=[],
                         help="key:value env kwargs (size:2000 reward:binary)")
     export.add_argument("--system-prompt", default=None, help="a system message put before every prompt")
-    export.add_argument("--tasks", type=int, default=TASKS,
-                        help=f"a multi-turn env's tasks per split (default {TASKS})")
+    export.add_argument("--tasks", type=int, default=None,
+                        help=f"a multi-turn env's tasks per split (default {TASKS}; a text env exports its "
+                             "own splits)")
     args = parser.parse_args(argv)
     try:
         if args.command == "check":

@@ -147,12 +147,19 @@ def tools_config(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> di
 
 def export_dataset(
     env_id: str, out_dir: str | os.PathLike[str], env_kwargs: Mapping[str, Any] | None = None,
-    system_prompt: str | None = None, tasks: int = TASKS,
+    system_prompt: str | None = None, tasks: int | None = None,
 ) -> dict[str, Path]:
     """Write :func:`dataset_rows` (a text env) or :func:`environment_rows` (a multi-turn env, ``tasks`` per
-    split, and :func:`tools_config` as ``out_dir/tools.yaml``) as ``out_dir/train.parquet`` and
-    ``out_dir/test.parquet`` (pyarrow, installed with verl); returns the paths by name (``train``,
-    ``test``, ``tools``). Checks everything before writing anything."""
+    split, default :data:`TASKS`, and :func:`tools_config` as ``out_dir/tools.yaml``) as
+    ``out_dir/train.parquet`` and ``out_dir/test.parquet`` (pyarrow, installed with verl); returns the
+    paths by name (``train``, ``test``, ``tools``). Checks everything before writing anything: ``tasks``
+    with a text env is an error (its splits are the env's own: ``size`` / ``eval_size`` kwargs)."""
+    from tpo_agents.integrations.env_tools import TOOL_SETS
+
+    multi_turn = _env_kwargs(env_id, env_kwargs)[0] in TOOL_SETS
+    if tasks is not None and not multi_turn:
+        raise ValueError(f"--tasks {tasks!r}: only a multi-turn env ({', '.join(TOOL_SETS)}) takes it; a "
+                         "text env exports its own splits (their sizes: --env-kwargs size:N eval_size:N)")
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -160,11 +167,9 @@ def export_dataset(
         raise ModuleNotFoundError("writing parquet needs pyarrow: pip install 'tpo-gym[verl]' or "
                                   "pyarrow") from err
     from tpo_agents.files import atomic_write
-    from tpo_agents.integrations.env_tools import TOOL_SETS
 
-    multi_turn = _env_kwargs(env_id, env_kwargs)[0] in TOOL_SETS
     if multi_turn:
-        rows = environment_rows(env_id, env_kwargs, system_prompt, tasks)
+        rows = environment_rows(env_id, env_kwargs, system_prompt, TASKS if tasks is None else tasks)
         tools = tools_config(env_id, env_kwargs)
     else:
         rows, tools = dataset_rows(env_id, env_kwargs, system_prompt), None

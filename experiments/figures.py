@@ -63,12 +63,13 @@ def _panel(ax: Any, runs: dict[str, Runs], algos: list[str], key: str, log: bool
 
 
 def _shortcut_line(ax: Any, runs: dict[str, Runs], key: str) -> None:
-    """The best constant answer's error on the held-out prompts of panel ``key`` as a dotted line, where
-    the cell's seeds record it (the same prompts for every method and seed of a variant)."""
+    """The shortcut's error on the evaluated prompts or tasks of panel ``key`` as a dotted line, where the
+    cell's seeds record it (the same for every method and seed of a variant): the best constant answer
+    (single-turn tasks), the env's shortcut (an agent env: GuessNumber's reply-blind guesses)."""
     shortcut = SHORTCUT_OF.get(key)
     recorded = [r.arrays[shortcut] for r in runs.values() if shortcut in r.arrays]
     if recorded:
-        ax.axhline(float(recorded[0][:, -1].mean()), color="grey", ls=":", lw=1.0, label="best constant")
+        ax.axhline(float(recorded[0][:, -1].mean()), color="grey", ls=":", lw=1.0, label="shortcut")
 
 
 def draw(experiment: Experiment, runs: dict[str, dict[str, Runs]], order: list[tuple[str, str]], path: Path,

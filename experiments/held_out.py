@@ -1,11 +1,14 @@
-"""The language-model experiments' held-out evaluations: before against after training, beside a shortcut.
+"""The language-model experiments' evaluations (held-out prompts, an agent env's tasks): before against
+after training, beside a shortcut.
 
-Beyond the report's metric (the greedy exact-match error): what each method learnt, before against after
-training, beside the task's shortcut.
+Beyond the report's metric (the greedy exact-match error, or an agent's failure rate): what each method
+learnt, before against after training, beside the task's shortcut.
 
 ``held_out_rows(runs)`` gives, for every (variant, method) whose seeds record the evaluations of
-``experiments.recorders.LLMEvalRecorder``, the seed mean of each :data:`HELD_OUT` value at the first
-evaluation (before any update) and at the last, and the best constant answer's errors on the same prompts;
+``experiments.recorders.LLMEvalRecorder`` (:data:`ANSWERS`) or ``AgentEvalRecorder`` (:data:`AGENTS`), the
+seed mean of each of their values at the first evaluation (before any update) and at the last, and the
+shortcut's errors on the same tasks (the best constant answer; an agent env's own shortcut, e.g. the
+reply-blind guesses of GuessNumber);
 ``native_pairwise(runs)`` gives TPO − method of the final native (partial-credit) error, with its bootstrap
 interval and rank-sum p (``experiments.pairwise.compare``): on a partial-credit task the native score is
 what the methods trained on, while the report's metric counts only whole answers. ``held_out_table``
@@ -15,6 +18,7 @@ prints both as Markdown (``python -m experiments.report`` and ``experiments.docs
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from experiments.pairwise import REFERENCE, compare
@@ -36,14 +40,46 @@ SHORTCUT_OF = {"eval/error": "eval/shortcut_error", "eval/native_error": "eval/s
 """The greedy answer's held-out error -> the best constant answer's error on the same prompts (the
 report's figure draws it as a dotted line)."""
 NATIVE = "eval/native_error"
+AGENT_HELD_OUT = (
+    ("eval/error", "sampled error"),
+    ("eval/greedy_error", "greedy error"),
+    ("eval/turns", "turns"),
+    ("eval/format_rate", "turns in format"),
+)
+"""(key, column) of an agent's evaluations (``AgentEvalRecorder``): 1 - the success rate of the sampled and of
+the greedy conversations, the sampled ones' mean turns and their share of turns in the env's format."""
+AGENT_SHORTCUT = (("eval/shortcut_error", "error"),)
+"""The env's shortcut's error (1 - its success rate: GuessNumber's reply-blind guesses)."""
+
+
+@dataclass(frozen=True)
+class Evaluations:
+    """What one recorder's evaluations show: its values (before → after), the shortcut's errors and
+    their column, and the value compared TPO − method beside the report's metric (None: none)."""
+
+    name: str
+    values: tuple[tuple[str, str], ...]
+    shortcut: tuple[tuple[str, str], ...]
+    shortcut_column: str
+    compared: str | None
+
+
+ANSWERS = Evaluations("answers", HELD_OUT, SHORTCUT, "best constant: exact / native error", NATIVE)
+"""A single-turn language-model experiment's evaluations (``LLMEvalRecorder``)."""
+AGENTS = Evaluations("agents", AGENT_HELD_OUT, AGENT_SHORTCUT, "the env's shortcut: error", None)
+"""A multi-turn agent experiment's evaluations (``AgentEvalRecorder``)."""
 WITHOUT_SIGNAL = "update/train/zero_variance_frac"
 """The share of training groups whose completions all scored the same (no signal for either method)."""
 WINDOW = 10
 """Updates averaged at each end of training for :data:`WITHOUT_SIGNAL`."""
 
 
-def _evaluated(cell: Runs) -> bool:
-    return all(key in cell.arrays for key, _ in (*HELD_OUT, *SHORTCUT))
+def evaluations_of(cell: Runs) -> Evaluations | None:
+    """The evaluations ``cell``'s seeds record (:data:`ANSWERS` or :data:`AGENTS`), None for neither."""
+    for kind in (ANSWERS, AGENTS):
+        if all(key in cell.arrays for key, _ in (*kind.values, *kind.shortcut)):
+            return kind
+    return None
 
 
 def held_out_rows(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -55,14 +91,16 @@ def held_out_rows(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str]]
     rows = []
     for variant, algo in order:
         cell = runs[variant][algo]
-        if not _evaluated(cell):
+        kind = evaluations_of(cell)
+        if kind is None:
             continue
-        row: dict[str, Any] = {"variant": variant, "algo": algo, "seeds": len(cell.seeds),
-                               "x": [float(cell.x(NATIVE)[0]), float(cell.x(NATIVE)[-1])]}
-        for key, _ in HELD_OUT:
+        x = cell.x(kind.values[0][0])
+        row: dict[str, Any] = {"variant": variant, "algo": algo, "evaluations": kind.name,
+                               "seeds": len(cell.seeds), "x": [float(x[0]), float(x[-1])]}
+        for key, _ in kind.values:
             values = cell.arrays[key]
             row[key] = [float(values[:, 0].mean()), float(values[:, -1].mean())]
-        for key, _ in SHORTCUT:
+        for key, _ in kind.shortcut:
             row[key] = float(cell.arrays[key][:, -1].mean())
         if WITHOUT_SIGNAL in cell.arrays:
             share = cell.arrays[WITHOUT_SIGNAL]
@@ -80,7 +118,7 @@ def native_pairwise(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str
         if algo == REFERENCE or REFERENCE not in runs[variant]:
             continue
         tpo, other = runs[variant][REFERENCE], runs[variant][algo]
-        if not (_evaluated(tpo) and _evaluated(other)):
+        if not (evaluations_of(tpo) is evaluations_of(other) is ANSWERS):
             continue
         rows.append({"variant": variant, "algo": algo, "seeds": [len(tpo.seeds), len(other.seeds)],
                      **compare(tpo.arrays[NATIVE][:, -1], other.arrays[NATIVE][:, -1])})
@@ -92,29 +130,37 @@ def _before_after(pair: list[float]) -> str:
 
 
 def held_out_table(rows: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> str:
-    """``held_out_rows`` (and, where there are any, ``native_pairwise``'s rows) as Markdown."""
-    head = ["variant", "method", "seeds", "updates", *(f"{name} (before → after)" for _, name in HELD_OUT),
-            "best constant: exact / native error",
-            f"training groups without signal (first → last {WINDOW} updates)"]
+    """``held_out_rows`` (and, where there are any, ``native_pairwise``'s rows) as Markdown: one table per
+    kind of evaluations, in the order the rows first show each."""
+    kinds = {kind.name: kind for kind in (ANSWERS, AGENTS)}
+    tables = [_rows_table(kinds[name], [row for row in rows if row["evaluations"] == name])
+              for name in dict.fromkeys(row["evaluations"] for row in rows)]
+    return "\n\n".join(tables + ([_pairs_table(pairs)] if pairs else []))
+
+
+def _rows_table(kind: Evaluations, rows: list[dict[str, Any]]) -> str:
+    head = ["variant", "method", "seeds", "updates", *(f"{name} (before → after)" for _, name in kind.values),
+            kind.shortcut_column, f"training groups without signal (first → last {WINDOW} updates)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["variant"], row["algo"], str(row["seeds"]), "{:.0f} → {:.0f}".format(*row["x"]),
-                 *(_before_after(row[key]) for key, _ in HELD_OUT),
-                 " / ".join(f"{row[key]:.3f}" for key, _ in SHORTCUT),
+                 *(_before_after(row[key]) for key, _ in kind.values),
+                 " / ".join(f"{row[key]:.3f}" for key, _ in kind.shortcut),
                  _before_after(row[WITHOUT_SIGNAL]) if WITHOUT_SIGNAL in row else "–"]
         lines.append("| " + " | ".join(cells) + " |")
-    text = "\n".join(lines)
-    if pairs:
-        lines = ["| variant | TPO − method | seeds | final native error: difference (pp) [95%] | p | "
-                 "P(TPO lower) |", "|" + "---|" * 6]
-        for pair in pairs:
-            low, high = (f"{100 * v:+.2f}" for v in pair["ci"])
-            seeds = "{} / {}".format(*pair["seeds"])
-            lines.append(f"| {pair['variant']} | tpo − {pair['algo']} | {seeds} "
-                         f"| {100 * pair['difference']:+.2f} [{low}, {high}] | {pair['p']:.2g} | "
-                         f"{pair['lower']:.2f} |")
-        text += "\n\n" + "\n".join(lines)
-    return text
+    return "\n".join(lines)
+
+
+def _pairs_table(pairs: list[dict[str, Any]]) -> str:
+    lines = ["| variant | TPO − method | seeds | final native error: difference (pp) [95%] | p | "
+             "P(TPO lower) |", "|" + "---|" * 6]
+    for pair in pairs:
+        low, high = (f"{100 * v:+.2f}" for v in pair["ci"])
+        seeds = "{} / {}".format(*pair["seeds"])
+        lines.append(f"| {pair['variant']} | tpo − {pair['algo']} | {seeds} "
+                     f"| {100 * pair['difference']:+.2f} [{low}, {high}] | {pair['p']:.2g} | "
+                     f"{pair['lower']:.2f} |")
+    return "\n".join(lines)
 
 
 def held_out(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str]]) -> str | None:

@@ -67,11 +67,11 @@ def chosen_rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def grid_table(rows: list[dict[str, Any]], rates: tuple[float, ...]) -> str:
     """``grid_rows`` as Markdown: the selection error of each rate (``–`` not yet run) and the choice."""
-    head = ["task", "method", "validation error of", "seeds x updates",
+    head = ["task", "method", "error of", "seeds x updates",
             *(f"lr {rate:g}" for rate in rates), "chosen"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        error = "exact match" if row["reward"] == "binary" else "partial credit"
+        error = "the binary reward" if row["reward"] == "binary" else "partial credit"
         cells = [row["variant"], row["algo"], error, f"{row['seeds']} x {row['updates']}",
                  *("–" if row["scores"][rate] is None else f"{row['scores'][rate]:.3f}" for rate in rates),
                  f"{row['chosen']:g}" if row["chosen"] is not None else "–"]
@@ -92,6 +92,6 @@ def lr_grid(experiment: Experiment, runs: dict[str, dict[str, Runs]]) -> str | N
 
 
 def _legend(error: str) -> str:
-    return (f"Validation error: {error}, averaged over the last {LAST_EVALUATIONS} evaluations (every 10 "
+    return (f"Error: {error}, averaged over the last {LAST_EVALUATIONS} evaluations (every 10 "
             "updates) and the seeds; chosen: the rate of the lowest (a tie: the smaller rate), once every "
             "rate has run.")

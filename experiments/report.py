@@ -275,10 +275,10 @@ def report(name: str, out: str | Path, figures: str | Path, smoke: bool = False)
         text += f"\nsetting differences\n\n{settings_table(settings)}\n"
     evaluations = held_out(runs, order)
     if evaluations:
-        text += f"\nheld-out evaluations\n\n{evaluations}\n"
+        text += f"\nevaluations before and after training\n\n{evaluations}\n"
     grid = lr_grid(experiment, runs)
     if grid:
-        text += f"\nlearning rates on validation prompts\n\n{grid}\n"
+        text += f"\nlearning rates\n\n{grid}\n"
     summary = {"experiment": name, "paper": experiment.paper, "smoke": smoke, "rows": rows,
                "mechanism": mechanism, "pairwise": differences, "settings": settings}
     if evaluations:

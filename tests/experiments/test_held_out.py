@@ -81,6 +81,30 @@ def test_figure_draws_the_best_constant_on_the_error_panels():
     _shortcut_line(native, cell, "eval/native_error")
     _shortcut_line(sampled, cell, "eval/sampled_native_error")
     (line,) = native.get_lines()
-    assert line.get_ydata()[0] == pytest.approx(0.8) and line.get_label() == "best constant"
+    assert line.get_ydata()[0] == pytest.approx(0.8) and line.get_label() == "shortcut"
     assert sampled.get_lines() == []
     plt.close(fig)
+
+
+def _agent_cell(seeds: int) -> Runs:
+    """An agent's evaluations (``AgentEvalRecorder``) at updates 0 and 10: errors 1 -> 0.5, 5 -> 3 turns."""
+    values = {"eval/error": [1.0, 0.5], "eval/greedy_error": [1.0, 0.25], "eval/turns": [5.0, 3.0],
+              "eval/format_rate": [0.2, 1.0], "eval/shortcut_error": [0.75, 0.75], "eval/x": [0.0, 10.0]}
+    arrays = {key: np.tile(value, (seeds, 1)) for key, value in values.items()}
+    return Runs(list(range(seeds)), arrays)
+
+
+def test_an_agent_s_evaluations_get_their_own_columns_and_the_env_s_shortcut():
+    runs = {"guess": {"tpo": _agent_cell(2), "grpo": _agent_cell(3)}}
+    order = [("guess", "tpo"), ("guess", "grpo")]
+    tpo, _ = held_out_rows(runs, order)
+    assert tpo["evaluations"] == "agents" and tpo["x"] == [0.0, 10.0] and tpo["eval/shortcut_error"] == 0.75
+    assert tpo["eval/turns"] == [5.0, 3.0] and native_pairwise(runs, order) == []
+    lines = held_out(runs, order).splitlines()
+    assert lines[0] == ("| variant | method | seeds | updates | sampled error (before → after) | "
+                        "greedy error (before → after) | turns (before → after) | turns in format (before → "
+                        "after) | the env's shortcut: error | training groups without signal (first → last "
+                        "10 updates) |")
+    assert lines[2] == ("| guess | tpo | 2 | 0 → 10 | 1.000 → 0.500 | 1.000 → 0.250 | 5.000 → 3.000 | "
+                        "0.200 → 1.000 | 0.750 | – |")
+    assert len(lines) == 4  # no native pairwise table for agents

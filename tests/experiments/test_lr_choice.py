@@ -55,9 +55,9 @@ def test_rows_choose_the_lowest_error_of_the_trained_reward() -> None:
     assert by_cell[("exact/add", "tpo")]["updates"] == 50 and by_cell[("exact/add", "tpo")]["seeds"] == 1
     assert chosen_rates(rows) == {"exact/add": {"grpo": 3e-6, "tpo": 3e-5}, "partial/spell": {"tpo": 3e-6}}
     lines = grid_table(rows, RATES).splitlines()
-    assert lines[0] == ("| task | method | validation error of | seeds x updates | lr 3e-06 | lr 1e-05 | "
+    assert lines[0] == ("| task | method | error of | seeds x updates | lr 3e-06 | lr 1e-05 | "
                         "lr 3e-05 | chosen |")
-    assert "| exact/add | tpo | exact match | 1 x 50 | 0.900 | 0.500 | 0.400 | 3e-05 |" in lines
+    assert "| exact/add | tpo | the binary reward | 1 x 50 | 0.900 | 0.500 | 0.400 | 3e-05 |" in lines
     assert "| partial/spell | grpo | partial credit | 1 x 50 | 0.300 | – | 0.100 | – |" in lines
 
 
@@ -75,7 +75,7 @@ def test_each_grid_experiment_tables_its_own_tasks() -> None:
     runs = {f"guess_number/{label(rate)}": {"tpo": _cell(curve, curve), "grpo": _cell(curve, curve)}
             for rate in RATES}
     table = lr_grid(get_experiment("agents_grid"), runs)
-    assert "| guess_number | tpo | exact match | 1 x 50 | 0.600 | 0.600 | 0.600 | 3e-06 |" in table
+    assert "| guess_number | tpo | the binary reward | 1 x 50 | 0.600 | 0.600 | 0.600 | 3e-06 |" in table
     assert "2 sampled conversations on each of the env's tasks" in table
     assert lr_grid(get_experiment("llm_grid"), runs) is None
     assert lr_grid(get_experiment("terminal"), runs) is None

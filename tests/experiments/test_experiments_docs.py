@@ -28,7 +28,7 @@ from experiments.docs_tables import (
     layout_table,
     main,
     on_llm_page,
-    page_of,
+    pages_of,
     seed_files,
     seed_ranges,
     what_ran_table,
@@ -47,7 +47,7 @@ def test_the_pages_hold_the_generated_tables():
     tables = generate(ROOT / RESULTS, ROOT / SUPERSEDED, code=ROOT)
     for doc in (DOC, LLM_DOC, README):
         text = (ROOT / doc).read_text()
-        own = {name: body for name, body in tables.items() if page_of(name) == doc}
+        own = {name: body for name, body in tables.items() if doc in pages_of(name)}
         assert sorted(blocks(text)) == sorted(own), doc
         assert differences(text, own) == [], "run python -m experiments.docs_tables"
 
@@ -55,8 +55,9 @@ def test_the_pages_hold_the_generated_tables():
 def test_readme_holds_the_layout_of_the_modules():
     """README's layout is the modules' own docstrings: a module added, deleted or redescribed changes it."""
     assert blocks((ROOT / README).read_text())["layout"] == layout_table(ROOT)
-    assert page_of("layout") == README and page_of("report:llm_study") == LLM_DOC
-    assert page_of("superseded-report:terminal") == DOC
+    assert pages_of("layout") == (README,) and pages_of("report:llm_study") == (LLM_DOC,)
+    assert pages_of("superseded-report:terminal") == (DOC,)
+    assert pages_of("findings:llm_study") == (LLM_DOC, README)
 
 
 def test_layout_table_lists_every_module_with_its_docstring(tmp_path):

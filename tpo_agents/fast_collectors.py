@@ -23,11 +23,12 @@ a second, unused set). :class:`ImageCollector` draws the contexts from the env's
 those resets do (``draw_contexts``: the same image indices) and gathers the images from the data set as
 one tensor.
 
-The table collectors write pi_old from a forward without gradient (they sample from it, or exact mode's
-``rollout/`` task error reads it) and the update forwards the table again, which costs 1-3% of an update.
-The image collector forwards the images once, with gradient: pi_old is that forward detached, and it hands
-the forward itself to the update's first epoch (``first_forward``), where a second forward of the MLP
-would cost about a fifth of a 20-member step (:mod:`tpo_agents.modes.base`).
+The exact-table and image collectors forward once, with gradient: pi_old is that forward detached, and
+they hand the forward itself to the update's first epoch (``first_forward``, :mod:`tpo_agents.modes.base`).
+A second forward would gather every row of the normalised table again and add its gradient back row by
+row (a quarter more CPU time per 100-member exact update of the multi-context bandit), or forward the MLP
+again (about a fifth of a 20-member step). The one-context table's single-mode collector writes pi_old without
+gradient: the update's forward of its ``[S, A]`` rows costs 1-3% of an update.
 
 The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's own loss from
 ``tpo_agents.losses`` on the mode's views); with a fast collector the learn loop computes the ``train/``
@@ -133,8 +134,9 @@ class ImageCollector(FastCollector):
 @register_fast_collector
 class TableExactCollector(FastCollector):
     """Exact-mode batches of a logit table: every context of every member, exact rewards scored by
-    the env once (the first batch, :func:`tpo_agents.modes.exact.collect_exact`), then
-    ``L_old[m, c] = log_softmax(z[m, c])`` from the table; the batch equals the generic path's."""
+    the env once (the first batch, :func:`tpo_agents.modes.exact.collect_exact`), and
+    ``L[m, c] = log_softmax(z[m, c])`` from the table, forwarded once with gradient (pi_old is it detached);
+    the batch equals the generic path's."""
 
     @classmethod
     def serves(cls, env: VectorEnv, policy: Any, mode: CollectionMode) -> bool:
@@ -148,13 +150,11 @@ class TableExactCollector(FastCollector):
         policy = self.policy
         if self._scored is None:
             self._scored = collect_exact(self.env, policy, exhaustive=True, n_seeds=self.mode.n_seeds)
-            old_log_probs = self._scored.old_log_probs
-        else:  # every row once, in the batch's order
-            with th.no_grad():
-                old_log_probs = policy.all_log_probs().reshape(-1, policy.n_actions)
+        # every row once, in the batch's order, with gradient: the update's first forward, handed over
+        log_probs = policy.all_log_probs().reshape(-1, policy.n_actions)
         if not on_step(self.env.num_envs):
             return None
-        return ExactBatch(self._scored.obs, self._scored.rewards, old_log_probs)
+        return ExactBatch(self._scored.obs, self._scored.rewards, log_probs.detach(), first_forward=log_probs)
 
 
 @register_fast_collector

@@ -32,9 +32,10 @@ gradient. Everywhere else (the episodes of the token tasks: their sampling decod
 log-probs differ from the update's teacher-forced forward by rounding; text completions) collection leaves
 it None, and the update writes it from its first epoch's forward, detached
 (:meth:`CollectionMode.keep_old_log_probs`): exact, with no second pass, and no autograd graph kept from
-collection into the update, but one: a fast collector that samples from a forward the update repeats
-exactly (the MLP on MNIST, one-step episodes) computes it with gradient and hands it to the first epoch
-(``first_forward``), where a second forward would cost a fifth of a 20-member step. The first epoch then
+collection into the update, but one: a fast collector whose forward the update repeats exactly (the MLP
+on MNIST, one-step episodes; the logit table in exact mode) computes it with gradient and hands it to the
+first epoch (``first_forward``), where a second forward would cost a fifth of a 20-member MNIST step, or
+add a quarter to a 100-member exact update of the table (``tpo_agents.fast_collectors``). The first epoch then
 has L_theta = L_old exactly, so a group without signal
 has an exactly zero gradient (GRPO's ratio is 1, its k3 KL and the TPO gap p - q vanish), as in the paper
 and its reference code.
@@ -349,7 +350,8 @@ class CollectionMode(ABC):
     def log_probs(self, policy: ActionPolicy, batch: Any, first_epoch: bool = False) -> th.Tensor:
         """log pi_theta at every state of the batch, with gradients (``[N, T, A]`` or ``[N, A]``): the batch's
         own (``batch.log_probs(policy)``); at the first epoch, the forward its collector sampled from where
-        one handed it over (``batch.first_forward``: the MNIST collector's, see the module's docstring)."""
+        one handed it over (``batch.first_forward``: the MNIST and exact-table collectors', see the module's
+        docstring)."""
         forward = getattr(batch, "first_forward", None) if first_epoch else None
         return batch.log_probs(policy) if forward is None else forward
 

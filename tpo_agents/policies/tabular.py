@@ -94,13 +94,20 @@ class TabularSoftmaxPolicy(GroupPolicy):
         return obs.reshape(-1).long().to(self.logits.device) - self.obs_start
 
     def action_log_probs(self, obs: PyTorchObs) -> Tensor:
+        """``log pi(. | c_n)`` for each row's context, ``[N, A]`` in the table's memory layout.
+
+        The table is normalised once, ``log_softmax(z)`` over every member and context, and row n reads
+        table row ``m_n * C + c_n`` (member m_n of a member-major batch, context c_n) through one
+        ``index_select``, whose gradient adds into the rows it read.
+        """
         contexts = self.context_index(obs)
-        # the table is normalised once, then its rows gathered (rows repeat contexts), in its layout
-        table = log_softmax_last(self.logits)
-        rows = (contexts,) if self.n_seeds == 1 else (self.member_index(len(contexts)), contexts)
+        table = log_softmax_last(self.logits).reshape(-1, self.n_actions)  # [S*C, A], a view in either layout
+        rows = contexts
+        if self.n_seeds > 1:
+            rows = self.member_index(len(contexts)) * self.n_contexts + contexts
         if not is_action_major(table):
-            return table[rows]
-        return table.movedim(-1, 0)[(slice(None), *rows)].movedim(0, -1)
+            return table.index_select(0, rows)
+        return table.movedim(-1, 0).index_select(1, rows).movedim(0, -1)
 
     def member_log_probs(self, obs: PyTorchObs) -> Tensor:
         table = self.logits if self.n_seeds > 1 else self.logits.unsqueeze(0)

@@ -271,10 +271,11 @@ def wants_rollout_metrics(callback: BaseCallback | None) -> bool:
 
 
 def _global_grad_norm(parameters: Any, n_seeds: int = 1) -> float:
-    """The L2 norm of all gradients; of a population, the mean over members of each member's norm."""
-    grads = [p.grad.detach().reshape(n_seeds, -1) for p in parameters if p.grad is not None]
-    if not grads:
+    """The L2 norm of all gradients, ``sqrt(sum_p ||g_p||^2)`` from each parameter's own norm (no copy of
+    the gradients: a language model's are hundreds of MB); of a population, the mean over members of each
+    member's norm."""
+    norms = [th.linalg.vector_norm(p.grad.detach().reshape(n_seeds, -1), dim=1)
+             for p in parameters if p.grad is not None]  # fmt: skip
+    if not norms:
         return 0.0
-    if n_seeds == 1:
-        return float(th.cat(grads, 1).norm())
-    return float(th.cat(grads, 1).norm(dim=1).mean())
+    return float(th.linalg.vector_norm(th.stack(norms), dim=0).mean())

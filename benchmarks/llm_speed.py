@@ -8,7 +8,11 @@ The three paths do the same work.
 Same model, task, prompt text (chat template + system prompt + ``<answer>`` prefill), prompts per update,
 K completions per prompt, most new tokens (no stop string: a completion ends at EOS or at the limit),
 micro-batch rows, learning rate, one optimizer step per update, torch threads, no gradient
-checkpointing (TRL turns it on by default). Each path runs in its own subprocess (``--inner PATH``);
+checkpointing (TRL turns it on by default). Sampled completions differ in length between the paths (and
+a batch's generation runs as long as its longest completion), so seconds per completion token compare
+unlike work; ``--fixed-length`` makes the work equal token for token: EOS is suppressed until the
+limit (``min_new_tokens``), so every completion has exactly ``--max-new-tokens`` tokens in every path.
+Each path runs in its own subprocess (``--inner PATH``);
 an update's time is from the end of the previous update (or the start of training) to its end,
 generation included; model loading is not. Printed per path: the median and mean seconds per update
 after the first (warm-up) update, the first update, completion tokens per update, and the peak RSS.
@@ -52,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning-rate", type=float, default=3e-5)
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fixed-length", action="store_true",
+                   help="every completion exactly --max-new-tokens tokens (EOS suppressed until then)")
     p.add_argument("--inner", choices=PATHS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("updates", "prompts", "k", "max_new_tokens", "micro_batch", "threads"):
@@ -79,6 +85,8 @@ def run_ours(args: argparse.Namespace) -> tuple[list[float], list[int]]:
             max_new_tokens=args.max_new_tokens, logscore="mean", micro_batch_size=args.micro_batch,
         ),
     )  # fmt: skip
+    if args.fixed_length:  # HF's generate reads the model's generation config beside our sampling arguments
+        model.policy.model.generation_config.min_new_tokens = args.max_new_tokens
     ends, tokens = [time.perf_counter()], []
     train = model.train
 
@@ -110,6 +118,7 @@ def run_trl(args: argparse.Namespace, tpo: bool) -> tuple[list[float], list[int]
         gradient_accumulation_steps=steps,
         max_completion_length=args.max_new_tokens, learning_rate=args.learning_rate,
         lr_scheduler_type="constant", beta=0.0, temperature=1.0, gradient_checkpointing=False,
+        generation_kwargs={"min_new_tokens": args.max_new_tokens} if args.fixed_length else None,
     )  # fmt: skip
     ends: list[float] = []
     tokens: list[int] = []
@@ -151,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
         inner(args)
         return
     passthrough = _drop_option(argv if argv is not None else sys.argv[1:], "--paths")
-    print(f"{args.prompts} prompts x K = {args.k} completions, <= {args.max_new_tokens} new tokens, "
+    length = "exactly" if args.fixed_length else "<="
+    print(f"{args.prompts} prompts x K = {args.k} completions, {length} {args.max_new_tokens} new tokens, "
           f"micro-batch {args.micro_batch}, {args.threads} threads, {args.updates} updates per path; "
           f"model {args.model}")
     print(f"{'path':<11} {'median s/update':>16} {'mean s/update':>14} {'first':>8} {'tokens/update':>14} "

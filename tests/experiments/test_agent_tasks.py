@@ -51,6 +51,19 @@ def test_transcripts_are_the_batch_s_conversations(tiny_llm_dir: str,
     assert out.count("--- task 0: ") == 1 and out.index("| `TPO/GuessNumber-v0`") < out.index("--- task 0")
 
 
+def test_the_env_kwargs_start_from_the_zoo_entry_s(tiny_llm_dir: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The zoo's Calculator entry sets ``show_call``; ``--env-kwargs`` adds to it and overrides it."""
+    assert agent_tasks.zoo_env_kwargs("tpo", "TPO/Calculator-v0") == {"show_call": True}
+    assert agent_tasks.zoo_env_kwargs("tpo", "TPO/GuessNumber-v0") == {}
+    base = ["--env", "Calculator", "--tasks", "1", "--samples", "2", "--config", f"model:{tiny_llm_dir}",
+            "max_new_tokens:2", "--env-kwargs", "digits:1", "max_turns:2"]
+    assert agent_tasks.main(base) == 0
+    assert "| `TPO/Calculator-v0` | show_call=True, digits=1, max_turns=2 | 1 x 2 |" in capsys.readouterr().out
+    assert agent_tasks.main([*base, "show_call:False"]) == 0
+    assert "| show_call=False, digits=1, max_turns=2 |" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--env", "Chess"], "--env Chess: use one of GuessNumber, Calculator"),
     (["--env", "Calculator", "--samples", "1"], "--samples 1: use an integer >= 2"),

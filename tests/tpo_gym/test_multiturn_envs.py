@@ -224,6 +224,30 @@ def test_calculator_then_answer_succeeds() -> None:
         assert info["reply"] == "correct" and info["ground_truth"] == np.prod(env.task.operands(env.context))
 
 
+def test_show_call_writes_the_question_s_own_call_into_the_prompt() -> None:
+    """``show_call=True``: the prompt holds ``<calc>a * b</calc>`` for its own operands (the same length for
+    every context), and playing that call then its reply succeeds; the default prompt has a generic
+    example."""
+    env = CalculatorEnv(digits=2, show_call=True)
+    lengths = set()
+    for seed in range(5):
+        prompt, info = env.reset(seed=seed)
+        a, b = env.task.operands(info["context"])
+        assert f"What is {a} * {b}?" in prompt and f"<calc>{a} * {b}</calc>" in prompt
+        lengths.add(len(prompt))
+        _, _, _, _, info = env.step(f"<calc>{a} * {b}</calc>")
+        assert info["reply"] == str(a * b)
+        assert env.step(f"<answer>{info['reply']}</answer>")[1] == 1.0
+    assert lengths == {len(env.task.prompt(0))}
+    prompt, info = CalculatorEnv(digits=2).reset(seed=0)
+    assert "<calc>12 * (3 + 4)</calc>" in prompt
+    with pytest.raises(ValueError, match="show_call=1: use True or False"):
+        CalculatorEnv(show_call=1)
+    vec = gym.make_vec("TPO/Calculator-v0", num_envs=2, vectorization_mode="vector_entry_point",
+                       show_call=True)
+    assert "</calc> and its result" in vec.reset(seed=0)[0][0]
+
+
 def test_answers_end_the_episode_right_or_wrong() -> None:
     env = CalculatorEnv()
     env.reset(options={"context": 0})  # 100 * 100

@@ -97,12 +97,12 @@ class MultiTurnMode(TextMode):
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
         contexts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
         episodes = [Conversation() for _ in range(env.num_envs)]
-        playing, generated = list(range(env.num_envs)), 0
-        while playing:
+        playing, generated, turn_index = list(range(env.num_envs)), 0, 0
+        while playing:  # every sub-env still playing is at turn ``turn_index``
             rows = [contexts[i // k] + episodes[i].tokens for i in playing]
             ids, widths = pad_rows(rows, policy.tokenizer.pad_token_id, prompt_ids.device, left=True)
             mask = (th.arange(ids.shape[1], device=ids.device) >= ids.shape[1] - widths[:, None]).long()
-            turn = policy.generate_from(ids, mask, 1, greedy)
+            turn = policy.generate_from(ids, mask, 1, greedy, turn_index)
             lengths, actions = turn.completion_mask.sum(-1).tolist(), [""] * env.num_envs
             for row, i in enumerate(playing):
                 episodes[i].add(turn.completion_ids[row, :lengths[row]].tolist(), written=1)
@@ -122,9 +122,9 @@ class MultiTurnMode(TextMode):
                     episode.success, episode.turn_limit = bool(info["is_success"]), bool(truncated[i])
                 else:
                     closed = episode.tokens[-1] in policy.eos_ids if episode.tokens else False
-                    episode.add(policy.reply_ids(str(info["reply"]), closed), written=0)
+                    episode.add(policy.reply_ids(str(info["reply"]), closed, turn_index + 1), written=0)
                     still.append(i)
-            playing = still
+            playing, turn_index = still, turn_index + 1
         scores = th.tensor([episode.reward for episode in episodes], dtype=th.float32)
         return MultiTurnBatch(
             prompts=prompts,

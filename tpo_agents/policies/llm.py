@@ -174,6 +174,14 @@ def format_prompt(
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + prefill
 
 
+def _check_prefill(prefill: Any) -> None:
+    """A prefill is a string or a non-empty list of strings (one per turn)."""
+    if isinstance(prefill, str):
+        return
+    if not isinstance(prefill, (list, tuple)) or not prefill or not all(isinstance(p, str) for p in prefill):
+        raise ValueError(f"prefill={prefill!r}: use a string or a non-empty list of strings (one per turn)")
+
+
 class LLMPolicy(BasePolicy):
     """Causal language model as an SB3 policy over text: prompt string -> completion string.
 
@@ -201,7 +209,9 @@ class LLMPolicy(BasePolicy):
     :param logscore: ``"mean"`` (per-token mean) or ``"sum"`` (sequence log-probability)
     :param system_prompt: optional system message of the chat template
     :param prefill: text appended after the generation prompt (the start of the assistant turn); it is
-        part of the prompt ids and prepended to the returned texts
+        part of the prompt ids and prepended to the returned texts. A list gives one per turn of a
+        multi-turn conversation (turn t takes ``prefill[min(t, len - 1)]``; a single turn the first), e.g.
+        ``["<calc>", "<answer>"]`` for a tool call and then an answer
     :param stop: stop string, or a list of them: generation of a completion ends with the token that
         completes the first one (kept)
     :param max_new_tokens: most tokens per completion
@@ -237,7 +247,7 @@ class LLMPolicy(BasePolicy):
         model: str,
         logscore: str = "mean",
         system_prompt: str | None = None,
-        prefill: str = "",
+        prefill: str | list[str] = "",
         stop: str | list[str] | None = None,
         max_new_tokens: int = 128,
         temperature: float = 1.0,
@@ -261,6 +271,7 @@ class LLMPolicy(BasePolicy):
 
         check_positive("temperature", temperature)  # the log-probs are those of logits / temperature
         stop_strings(stop)  # a bad stop is refused before the model loads
+        _check_prefill(prefill)
         if lora_dropout != 0:
             raise ValueError(
                 f"lora_dropout={lora_dropout!r}: must be 0 (pi_old is taken from the first epoch's training "
@@ -365,7 +376,14 @@ class LLMPolicy(BasePolicy):
     # ------------------------------------------------------------------ prompts and generation
     def format_prompt(self, prompt: str) -> str:
         """The prompt text the model sees: chat template (system?, user) + generation prompt + prefill."""
-        return format_prompt(self.tokenizer, prompt, self.system_prompt, self.prefill)
+        return format_prompt(self.tokenizer, prompt, self.system_prompt, self.turn_prefill(0))
+
+    def turn_prefill(self, turn: int) -> str:
+        """The prefill of turn ``turn`` (0: the first) of a conversation: ``prefill``, or with a list its
+        entry ``min(turn, len - 1)``."""
+        if isinstance(self.prefill, str):
+            return self.prefill
+        return self.prefill[min(turn, len(self.prefill) - 1)]
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
         """Left-padded ``(prompt_ids [P, Lp], prompt_mask [P, Lp])`` of :meth:`format_prompt` texts."""
@@ -392,11 +410,12 @@ class LLMPolicy(BasePolicy):
 
     @torch.no_grad()
     def generate_from(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool = False
+        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool = False, turn: int = 0
     ) -> Completions:
         """:meth:`generate` from token contexts, ``prompt_ids [P, Lp]`` left-padded (``prompt_mask``), e.g. a
-        conversation so far (a multi-turn episode's next turn); the completion mask is each row's length
-        (``mask_truncated_completions`` is applied by :meth:`generate`)."""
+        conversation so far (a multi-turn episode's next turn, ``turn``: the texts start with its
+        prefill); the completion mask is each row's length (``mask_truncated_completions`` is applied by
+        :meth:`generate`)."""
         start = time.perf_counter()
         completion_ids, lengths = self.generator.generate(prompt_ids, prompt_mask, n, greedy)
         completion_mask = (
@@ -414,21 +433,22 @@ class LLMPolicy(BasePolicy):
             completion_ids=completion_ids,
             completion_mask=completion_mask,
             owner=torch.arange(len(prompt_ids), device=prompt_ids.device).repeat_interleave(n),
-            texts=[self.prefill + text for text in decoded],
+            texts=[self.turn_prefill(turn) + text for text in decoded],
             n_generated_tokens=int(lengths.sum()),
             truncated=truncated,
             seconds=time.perf_counter() - start,
         )
 
-    def reply_ids(self, reply: str, closed: bool) -> list[int]:
+    def reply_ids(self, reply: str, closed: bool, turn: int = 1) -> list[int]:
         """The tokens between two turns of the policy in a conversation: the end of its turn (the EOS,
         unless the turn ended with one: ``closed``), ``reply`` as the next user message, the generation
-        prompt and the prefill, as the chat template writes them (a tokenizer without a template:
-        ``"\\n" + reply + "\\n" + prefill``). The template's part is its text after the EOS that ends an
-        assistant message, as TRL builds a tool's reply (the template's end of turn must be the EOS)."""
-        tokenizer = self.tokenizer
+        prompt and the prefill of the next turn, ``turn`` (:meth:`turn_prefill`), as the chat template
+        writes them (a tokenizer without a template: ``"\\n" + reply + "\\n" + prefill``). The template's
+        part is its text after the EOS that ends an assistant message, as TRL builds a tool's reply (the
+        template's end of turn must be the EOS)."""
+        tokenizer, prefill = self.tokenizer, self.turn_prefill(turn)
         if tokenizer.chat_template is None:
-            return tokenizer(f"\n{reply}\n{self.prefill}", add_special_tokens=False)["input_ids"]
+            return tokenizer(f"\n{reply}\n{prefill}", add_special_tokens=False)["input_ids"]
         talk, before = self._talk_until_turn_end()
         after = tokenizer.apply_chat_template([*talk, {"role": "user", "content": reply}], tokenize=False,
                                               add_generation_prompt=True)
@@ -436,7 +456,7 @@ class LLMPolicy(BasePolicy):
             raise ValueError(f"the chat template of {self.model_name!r} does not end an assistant message "
                              f"with the EOS {tokenizer.eos_token!r}: a reply cannot go between two turns")
         close = [] if closed else [tokenizer.eos_token_id]
-        return close + tokenizer(after[len(before):] + self.prefill, add_special_tokens=False)["input_ids"]
+        return close + tokenizer(after[len(before):] + prefill, add_special_tokens=False)["input_ids"]
 
     def _talk_until_turn_end(self) -> tuple[list[dict[str, str]], str | None]:
         """A stand-in conversation (system?, user, assistant) and the chat template's text of it up to and

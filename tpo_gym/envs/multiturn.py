@@ -386,6 +386,11 @@ class GuessNumberVectorEnv(MultiTurnVectorEnv):
 CALC_PROMPT = ("What is {a} * {b}? You have a calculator: write <calc>expression</calc>, e.g. "
                "<calc>12 * (3 + 4)</calc>, and its result is the reply. Give the final answer as "
                "<answer>N</answer>; answering ends the episode. You have {max_turns} turns.")
+CALC_PROMPT_SHOWN = ("What is {a} * {b}? You have a calculator: write <calc>{a} * {b}</calc> and its result "
+                     "is the reply. Then give the final answer as <answer>result</answer>; answering ends "
+                     "the episode. You have {max_turns} turns.")
+"""The prompt with ``show_call=True``: the call that answers the question written out, so what is left to
+learn is to make that call and to answer with its reply."""
 NO_ACTION = "No calculator call or answer found: write <calc>expression</calc> or <answer>N</answer>."
 CALC_ERROR = "calculator error: {error}"
 _WINDOW = 1 << 22  # products counted per pass of best_constant_answer
@@ -429,12 +434,17 @@ class CalculatorTask(MultiTurnTask):
     (``format_ok`` False when the answer is not a whole number); otherwise the last
     ``<calc>expression</calc>`` is run by :func:`tpo_gym.envs.arithmetic.calculate` and its exact result
     (``56088``, ``7/2``) is the reply, or ``calculator error: ...`` (``format_ok`` False); with neither
-    tag, a reply naming both.
+    tag, a reply naming both. ``show_call``: the prompt writes out the call for its own question
+    (:data:`CALC_PROMPT_SHOWN`) instead of a generic example.
     """
 
     MAX_OPERAND_DIGITS = 9
 
-    def __init__(self, digits: int = 3, max_turns: int = 3, max_action_chars: int = 1024) -> None:
+    def __init__(self, digits: int = 3, max_turns: int = 3, max_action_chars: int = 1024,
+                 show_call: bool = False) -> None:
+        if not isinstance(show_call, bool):
+            raise ValueError(f"show_call={show_call!r}: use True or False")
+        self.show_call = show_call
         self.digits = check_int("digits", digits, 1, self.MAX_OPERAND_DIGITS)
         self.low, high = operand_range(self.digits)
         self.span = high - self.low + 1
@@ -447,7 +457,8 @@ class CalculatorTask(MultiTurnTask):
     def prompt(self, context: int) -> str:
         """The question and the formats; the same length for every context."""
         a, b = self.operands(context)
-        return CALC_PROMPT.format(a=a, b=b, max_turns=self.max_turns)
+        template = CALC_PROMPT_SHOWN if self.show_call else CALC_PROMPT
+        return template.format(a=a, b=b, max_turns=self.max_turns)
 
     def ground_truth(self, context: int) -> int:
         """The product ``a * b``."""
@@ -473,10 +484,11 @@ class CalculatorTask(MultiTurnTask):
 
 class CalculatorEnv(MultiTurnEnv):
     """``TPO/Calculator-v0``: :class:`CalculatorTask` as a Gymnasium env (kwargs: ``digits`` 3,
-    ``max_turns`` 3, ``max_action_chars`` 1024)."""
+    ``max_turns`` 3, ``max_action_chars`` 1024, ``show_call`` False)."""
 
-    def __init__(self, digits: int = 3, max_turns: int = 3, max_action_chars: int = 1024) -> None:
-        super().__init__(CalculatorTask(digits, max_turns, max_action_chars))
+    def __init__(self, digits: int = 3, max_turns: int = 3, max_action_chars: int = 1024,
+                 show_call: bool = False) -> None:
+        super().__init__(CalculatorTask(digits, max_turns, max_action_chars, show_call))
 
 
 class CalculatorVectorEnv(MultiTurnVectorEnv):

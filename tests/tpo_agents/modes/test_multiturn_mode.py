@@ -197,6 +197,40 @@ def test_reply_ids_without_a_template_and_a_template_without_eos(tiny_llm_dir: s
         tokenizer.chat_template = template
 
 
+def test_a_prefill_per_turn_starts_each_turn_with_its_own(tiny_llm_dir: str) -> None:
+    """``prefill=["<calc>", "<answer>"]``: the prompt ends with the first, every reply with the second (turn
+    t >= 1), and each action the env reads starts with its turn's prefill."""
+    model = TPO("LLMPolicy", "TPO/Calculator-v0", env_kwargs={"digits": 1, "max_turns": 3}, batch_size=2,
+                group_size=2, n_epochs=1, seed=0,
+                policy_kwargs={"model": tiny_llm_dir, "prefill": ["<calc>", "<answer>"], "max_new_tokens": 3})
+    policy, batch = model.policy, collected(model)
+    tokenizer, completions = policy.tokenizer, batch.completions
+    assert policy.format_prompt("q").endswith("assistant\n<calc>")
+    assert tokenizer.decode(policy.reply_ids("r", closed=True, turn=1)).endswith("assistant\n<answer>")
+    assert [policy.turn_prefill(t) for t in range(4)] == ["<calc>", "<answer>", "<answer>", "<answer>"]
+    assert max(episode.turns for episode in batch.conversations) == 3
+    for row, episode in enumerate(batch.conversations):
+        written = completions.action_mask[row, :len(episode.tokens)].tolist()
+        turns = [(start, stop) for value, start, stop in segments(written) if value == 1]
+        for index, (start, stop) in enumerate(turns):
+            action = tokenizer.decode(completions.completion_ids[row, start:stop], skip_special_tokens=True)
+            prefill = "<calc>" if index == 0 else "<answer>"
+            assert f"You: {prefill}{action}" in completions.texts[row]
+            if index:
+                between = tokenizer.decode(completions.completion_ids[row, turns[index - 1][1]:start])
+                assert between.endswith("assistant\n<answer>")
+
+
+@pytest.mark.parametrize("prefill", [[], ["<a>", 3], 7])
+def test_a_bad_prefill_is_refused_before_the_model_loads(prefill: Any) -> None:
+    from gymnasium import spaces
+
+    from tpo_agents.policies.llm import LLMPolicy
+
+    with pytest.raises(ValueError, match=r"prefill=.*a string or a non-empty list of strings"):
+        LLMPolicy(spaces.Text(8), spaces.Text(8), lambda _: 1e-3, model="/no/such/model", prefill=prefill)
+
+
 def test_verl_s_tpo_loss_on_a_conversation_s_response_mask_equals_the_zoo_s(guess: tuple[Any, Any]) -> None:
     """verl's multi-turn agent loop marks the environment's tokens 0 in ``response_mask``; the plugin's loss
     on the same conversations (log-probs of every token, that mask, the estimator's u) has the zoo's TPO

@@ -65,6 +65,7 @@ def measure(env: str, env_kwargs: dict[str, Any], policy_kwargs: dict[str, Any],
     torch.manual_seed(seed)
     model = TPO("LLMPolicy", f"TPO/{env}-v0", env_kwargs=env_kwargs, batch_size=n_tasks,
                 group_size=n_samples, n_epochs=1, seed=seed, policy_kwargs=policy_kwargs)
+    model.env.reset()  # the env's first reset takes the seed, as ``learn`` does
     start, cpu_start = time.perf_counter(), time.process_time()
     batch = model.collector()(lambda n: True)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start

@@ -34,6 +34,19 @@ def test_the_row_counts_the_conversations_of_one_batch(tiny_llm_dir: str) -> Non
     assert row["transcripts"] == []
 
 
+def test_the_batch_is_seeded(tiny_llm_dir: str) -> None:
+    """The same seed plays the same tasks and turns (the env's first reset takes the seed, as in ``learn``);
+    another seed other tasks."""
+    policy = {"model": tiny_llm_dir, "max_new_tokens": 3, "prefill": ["<calc>", "<answer>"]}
+
+    def play(seed: int) -> list[str]:
+        row = agent_tasks.measure("Calculator", {"digits": 1}, policy, 3, 2, seed=seed, n_transcripts=6)
+        return row["transcripts"]
+
+    first = play(0)
+    assert play(0) == first and play(1) != first
+
+
 def test_transcripts_are_the_batch_s_conversations(tiny_llm_dir: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     policy = {"model": tiny_llm_dir, "max_new_tokens": 4, "prefill": "<guess>", "stop": "</guess>"}
@@ -59,7 +72,8 @@ def test_the_env_kwargs_start_from_the_zoo_entry_s(tiny_llm_dir: str,
     base = ["--env", "Calculator", "--tasks", "1", "--samples", "2", "--config", f"model:{tiny_llm_dir}",
             "max_new_tokens:2", "--env-kwargs", "digits:1", "max_turns:2"]
     assert agent_tasks.main(base) == 0
-    assert "| `TPO/Calculator-v0` | show_call=True, digits=1, max_turns=2 | 1 x 2 |" in capsys.readouterr().out
+    row = "| `TPO/Calculator-v0` | show_call=True, digits=1, max_turns=2 | 1 x 2 |"
+    assert row in capsys.readouterr().out
     assert agent_tasks.main([*base, "show_call:False"]) == 0
     assert "| show_call=False, digits=1, max_turns=2 |" in capsys.readouterr().out
 

@@ -67,15 +67,15 @@ def test_transcripts_are_the_batch_s_conversations(tiny_llm_dir: str,
 def test_the_env_kwargs_start_from_the_zoo_entry_s(tiny_llm_dir: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """The zoo's Calculator entry sets ``show_call``; ``--env-kwargs`` adds to it and overrides it."""
-    assert agent_tasks.zoo_env_kwargs("tpo", "TPO/Calculator-v0") == {"show_call": True}
+    assert agent_tasks.zoo_env_kwargs("tpo", "TPO/Calculator-v0") == {"digits": 2, "show_call": True}
     assert agent_tasks.zoo_env_kwargs("tpo", "TPO/GuessNumber-v0") == {}
     base = ["--env", "Calculator", "--tasks", "1", "--samples", "2", "--config", f"model:{tiny_llm_dir}",
             "max_new_tokens:2", "--env-kwargs", "digits:1", "max_turns:2"]
     assert agent_tasks.main(base) == 0
-    row = "| `TPO/Calculator-v0` | show_call=True, digits=1, max_turns=2 | 1 x 2 |"
+    row = "| `TPO/Calculator-v0` | digits=1, show_call=True, max_turns=2 | 1 x 2 |"
     assert row in capsys.readouterr().out
     assert agent_tasks.main([*base, "show_call:False"]) == 0
-    assert "| show_call=False, digits=1, max_turns=2 |" in capsys.readouterr().out
+    assert "| digits=1, show_call=False, max_turns=2 |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -111,16 +111,9 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def zoo_env_kwargs(algo: str, env_id: str) -> dict[str, Any]:
-    """The zoo entry's ``env_kwargs`` of ``algo`` on ``env_id`` (``zoo_configs/<algo>.yml``), evaluated."""
-    from experiments.zoo import zoo_hyperparams
-    from tpo_agents.zoo.hyperparams import evaluated
-
-    return evaluated(zoo_hyperparams(algo, env_id).get("env_kwargs") or {})
-
-
 def main(argv: list[str] | None = None) -> int:
     from experiments.llm_tasks import parse_config, zoo_policy_kwargs
+    from experiments.zoo import zoo_env_kwargs
 
     parser = argparse.ArgumentParser(prog="python -m experiments.agent_tasks",
                                      description=__doc__.split("\n\n")[0])

@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from experiments import agent_tasks  # noqa: E402
+from experiments import agent_tasks, zoo  # noqa: E402
 from tpo_gym.envs.multiturn import best_constant_answer, reply_blind_success_rate  # noqa: E402
 
 torch.set_num_threads(1)
@@ -67,8 +67,8 @@ def test_transcripts_are_the_batch_s_conversations(tiny_llm_dir: str,
 def test_the_env_kwargs_start_from_the_zoo_entry_s(tiny_llm_dir: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """The zoo's Calculator entry sets ``show_call``; ``--env-kwargs`` adds to it and overrides it."""
-    assert agent_tasks.zoo_env_kwargs("tpo", "TPO/Calculator-v0") == {"digits": 2, "show_call": True}
-    assert agent_tasks.zoo_env_kwargs("tpo", "TPO/GuessNumber-v0") == {}
+    assert zoo.zoo_env_kwargs("tpo", "TPO/Calculator-v0") == {"digits": 2, "show_call": True}
+    assert zoo.zoo_env_kwargs("tpo", "TPO/GuessNumber-v0") == {}
     base = ["--env", "Calculator", "--tasks", "1", "--samples", "2", "--config", f"model:{tiny_llm_dir}",
             "max_new_tokens:2", "--env-kwargs", "digits:1", "max_turns:2"]
     assert agent_tasks.main(base) == 0

@@ -50,7 +50,7 @@ import ast
 import re
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,8 @@ class SeedFile:
     updates: int
     code: str | None
     host: str | None
+    cpu: str | None
+    """the CPU's model and kernels' instruction set (``tpo_agents.provenance.cpu_description``)"""
     cpu_s: float | None
     size: int
     """bytes on disk"""
@@ -134,7 +136,8 @@ def seed_files(root: str | Path, tracked_only: bool = False) -> list[SeedFile]:
         files.append(SeedFile(
             experiment=relative[0], variant="/".join(relative[1:-2]), algo=relative[-2],
             seed=int(meta["seed"]), updates=int(meta["spec"]["n_updates"]), code=meta.get("code"),
-            host=meta.get("host"), cpu_s=meta.get("cpu_s"), size=path.stat().st_size, path=path))  # fmt: skip
+            host=meta.get("host"), cpu=meta.get("cpu"), cpu_s=meta.get("cpu_s"), size=path.stat().st_size,
+            path=path))
     return sorted(files, key=lambda f: (*cell_key(f.experiment, f.variant, f.algo), f.seed))
 
 
@@ -204,49 +207,57 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join([_row(head), "|" + "---|" * len(head), *(_row(r) for r in rows)])
 
 
-def _codes(files: list[SeedFile]) -> list[tuple[str, list[SeedFile]]]:
-    """The files grouped by ``code`` (``not recorded`` where absent), groups ordered by their first seed."""
+def _grouped(files: list[SeedFile], key: Callable[[SeedFile], str]) -> list[tuple[str, list[SeedFile]]]:
+    """The files grouped by ``key``, groups ordered by their first seed."""
     groups: dict[str, list[SeedFile]] = {}
     for f in files:
-        groups.setdefault(f.code or "not recorded", []).append(f)
+        groups.setdefault(key(f), []).append(f)
     return sorted(groups.items(), key=lambda item: min(f.seed for f in item[1]))
 
 
-def _commit(code: str) -> str:
-    return code if code == "not recorded" else f"`{code}`"
+def _commit(f: SeedFile) -> str:
+    return f"`{f.code}`" if f.code else "not recorded"
+
+
+def _commit_and_cpu(f: SeedFile) -> str:
+    return f"{_commit(f)} on {f.cpu}" if f.cpu else _commit(f)
 
 
 # ------------------------------------------------------------------------------------------- tables
 def code_versions_table(files: list[SeedFile]) -> str:
-    """Per committed cell: its seeds, the ``code`` commit(s) its files record with their seeds, the hosts."""
+    """Per committed cell: its seeds, the ``code`` commit(s) its files record with their seeds, the hosts,
+    and the CPUs (``cpu``) with their seeds."""
     rows = []
     for (experiment, variant, algo), group in cells(files).items():
-        codes = "; ".join(f"{_commit(code)}: {seed_ranges(f.seed for f in members)}"
-                          for code, members in _codes(group))
+        codes = "; ".join(f"{code}: {seed_ranges(f.seed for f in members)}"
+                          for code, members in _grouped(group, _commit))
         hosts = ", ".join(sorted({f"`{f.host}`" if f.host else "not recorded" for f in group}))
-        rows.append([f"`{experiment}`", variant, algo, str(len(group)), codes, hosts])
-    return _table(["experiment", "variant", "method", "seeds", "`code` of the seed files: seeds", "`host`"],
-                  rows)
+        cpus = "; ".join(f"{cpu}: {seed_ranges(f.seed for f in members)}"
+                         for cpu, members in _grouped(group, lambda f: f.cpu or "not recorded"))
+        rows.append([f"`{experiment}`", variant, algo, str(len(group)), codes, hosts, cpus])
+    return _table(["experiment", "variant", "method", "seeds", "`code` of the seed files: seeds", "`host`",
+                   "`cpu`: seeds"], rows)
 
 
 def cpu_seconds_table(files: list[SeedFile]) -> str:
-    """Per committed cell whose files record ``cpu_s``: by ``code`` commit, the mean (min–max) CPU seconds
-    per seed and how many seeds; the cell's seeds without ``cpu_s`` as a count."""
+    """Per committed cell whose files record ``cpu_s``: by ``code`` commit (and ``cpu``, where recorded), the
+    mean (min–max) CPU seconds per seed and how many seeds; the cell's seeds without ``cpu_s`` as a count."""
     rows = []
     for (experiment, variant, algo), group in cells(files).items():
         timed = [f for f in group if f.cpu_s is not None]
         if not timed:
             continue
         parts = []
-        for code, members in _codes(timed):
+        for code, members in _grouped(timed, _commit_and_cpu):
             values = [f.cpu_s for f in members]
             low, high = f"{min(values):.0f}", f"{max(values):.0f}"
             spread = f"{low}–{high}, " if low != high else ""
-            parts.append(f"{_commit(code)}: {sum(values) / len(values):.0f} ({spread}"
+            parts.append(f"{code}: {sum(values) / len(values):.0f} ({spread}"
                          f"{len(values)} seed{'s' if len(values) > 1 else ''})")
         rows.append([f"`{experiment}`", variant, algo, "; ".join(parts), str(len(group) - len(timed))])
-    return _table(["experiment", "variant", "method", "CPU s per seed by `code`: mean (min–max, seeds)",
-                   "seeds without `cpu_s`"], rows)
+    return _table(["experiment", "variant", "method",
+                   "CPU s per seed by `code` (on `cpu`): mean (min–max, seeds)", "seeds without `cpu_s`"],
+                  rows)
 
 
 def file_sizes_table(files: list[SeedFile]) -> str:

@@ -119,16 +119,17 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
 
     Each meta is a single run's plus ``n_seeds`` (the job's size) and ``batch_wall_s`` (the job's wall
     time); ``wall_s`` is the job's wall time over its seeds, so that per-seed figures stay comparable;
-    ``cpu_s`` and ``batch_cpu_s`` the same of the process's CPU time (one thread: the job's cost whatever
-    else shares the machine, or however long the job was suspended); ``code`` is the
-    code commit to record (default: this checkout's, :func:`tpo_agents.provenance.code_version`). The
+    ``cpu`` the CPU it ran on (:func:`tpo_agents.provenance.cpu_description`: CPU seconds compare only
+    between equal values); ``cpu_s`` and ``batch_cpu_s`` the same of the process's CPU time (one thread:
+    the job's cost whatever else shares the machine, or however long the job was suspended); ``code`` is
+    the code commit to record (default: this checkout's, :func:`tpo_agents.provenance.code_version`). The
     curves are those the experiment's report reads (``Task.curves``).
     """
     import torch
 
     from experiments.recorders import RECORDERS
     from tpo_agents.allocator import keep_freed_memory
-    from tpo_agents.provenance import code_version
+    from tpo_agents.provenance import code_version, cpu_description
 
     first, spec = job[0], job[0].spec
     if [t.seed for t in job] != list(range(first.seed, first.seed + len(job))) or any(
@@ -153,7 +154,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
         meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
                 "spec": asdict(spec), "fingerprint": spec.fingerprint(), "wall_s": wall / len(job),
                 "n_seeds": len(job), "batch_wall_s": wall, "cpu_s": cpu / len(job), "batch_cpu_s": cpu,
-                "host": platform.node(), "device": first.device,
+                "host": platform.node(), "cpu": cpu_description(), "device": first.device,
                 "torch": str(torch.__version__), "python": platform.python_version(), "code": code}
         results.append((task.path, kept(curves[member], task.curves), meta))
     return results, wall

@@ -27,3 +27,29 @@ def code_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head + ("+dirty" if dirty else "")) if head else "unknown"
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name as ``cpuinfo`` (Linux's ``/proc/cpuinfo``) gives it, else
+    ``platform.processor()``, else ``"unknown"``."""
+    import platform
+
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+@functools.cache
+def cpu_description() -> str:
+    """The CPU a run computes on, ``"<model> (<instruction set of torch's CPU kernels>)"``, e.g.
+    ``"AMD EPYC (AVX512)"``: :func:`cpu_model` and ``torch.backends.cpu.get_cpu_capability()`` (which
+    ``ATEN_CPU_CAPABILITY`` can lower). The same code runs several times slower on some CPUs than on
+    others, so CPU seconds compare only between runs of the same description."""
+    import torch
+
+    return f"{cpu_model()} ({torch.backends.cpu.get_cpu_capability()})"

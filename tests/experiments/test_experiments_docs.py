@@ -109,7 +109,7 @@ def _seed(root: Path, experiment: str, variant: str, algo: str, seed: int, curve
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     """vocab_sweep V2: tpo seeds 0-4 at two commits (one file without ``code``, one without ``host``),
-    ppo seeds 0-2; eta_sweep eta1: tpo seeds 0-1."""
+    ppo seeds 0-2 (on two CPUs); eta_sweep eta1: tpo seeds 0-1."""
     root = tmp_path / "results"
     for seed in range(5):
         meta = {"code": "aaaaaaa" if seed in (0, 1, 3) else "bbbbbbb", "host": "node1"}
@@ -121,8 +121,9 @@ def results(tmp_path: Path) -> Path:
             meta["cpu_s"] = 10.0 + seed
         _seed(root, "vocab_sweep", "V2", "tpo", seed, [0.5, 0.2 - 0.01 * seed, 0.0], **meta)
     for seed in range(3):
+        cpu = ("CPU X (AVX2)", 7.0) if seed < 2 else ("CPU Y (AVX512)", 3.0)
         _seed(root, "vocab_sweep", "V2", "ppo", seed, [0.5, 0.4, 0.3 - 0.1 * seed], code="ccccccc",
-              host="node2", cpu_s=7.0)
+              host="node2", cpu=cpu[0], cpu_s=cpu[1])
     for seed in range(2):
         _seed(root, "eta_sweep", "eta1", "tpo", seed, [0.9, 0.1], code="ddddddd", host="node1")
     return root
@@ -147,19 +148,21 @@ def test_seed_files_read_the_meta_in_the_report_order(results):
 
 def test_code_versions_table(results):
     lines = code_versions_table(seed_files(results)).splitlines()
-    assert lines[0] == "| experiment | variant | method | seeds | `code` of the seed files: seeds | `host` |"
+    assert lines[0] == ("| experiment | variant | method | seeds | `code` of the seed files: seeds | `host` "
+                        "| `cpu`: seeds |")
     assert lines[2:] == [
-        "| `vocab_sweep` | V2 | ppo | 3 | `ccccccc`: 0–2 | `node2` |",
+        "| `vocab_sweep` | V2 | ppo | 3 | `ccccccc`: 0–2 | `node2` | CPU X (AVX2): 0–1; CPU Y (AVX512): 2 |",
         "| `vocab_sweep` | V2 | tpo | 5 | `aaaaaaa`: 0–1, 3; `bbbbbbb`: 2; not recorded: 4 "
-        "| `node1`, not recorded |",
-        "| `eta_sweep` | eta1 | tpo | 2 | `ddddddd`: 0–1 | `node1` |",
+        "| `node1`, not recorded | not recorded: 0–4 |",
+        "| `eta_sweep` | eta1 | tpo | 2 | `ddddddd`: 0–1 | `node1` | not recorded: 0–1 |",
     ]
 
 
 def test_cpu_seconds_table_by_commit(results):
     lines = cpu_seconds_table(seed_files(results)).splitlines()
     assert lines[2:] == [
-        "| `vocab_sweep` | V2 | ppo | `ccccccc`: 7 (3 seeds) | 0 |",
+        "| `vocab_sweep` | V2 | ppo | `ccccccc` on CPU X (AVX2): 7 (2 seeds); `ccccccc` on CPU Y (AVX512): 3 "
+        "(1 seed) | 0 |",
         "| `vocab_sweep` | V2 | tpo | `aaaaaaa`: 10 (10–11, 2 seeds) | 3 |",
     ]  # eta_sweep records no cpu_s: no row
 

@@ -21,6 +21,7 @@ from experiments.report import load_runs, summarize
 from experiments.run import default_out, main
 from experiments.runner import plan, plan_jobs, run_tasks
 from tpo_agents.modes.base import CollectionMode
+from tpo_agents.provenance import cpu_description
 
 th.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ def test_a_run_writes_only_the_reported_curves_with_its_settings_and_code(tmp_pa
     assert set(arrays) == {"update/error", "update/misalignment"}
     assert all(a.dtype == np.float32 and a.shape == (3,) for a in arrays.values())
     assert meta["spec"]["n_updates"] == 3 and meta["spec"]["algo"] == "tpo" and meta["code"]
-    assert meta["n_seeds"] == 2 and meta["host"]
+    assert meta["n_seeds"] == 2 and meta["host"] and meta["cpu"] == cpu_description()
     rows = summarize(get_experiment("tabular_multi"), load_runs(tmp_path, "tabular_multi"))
     assert rows[0]["seeds"] == 2 and rows[0]["updates"] == 3
 

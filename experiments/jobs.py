@@ -15,11 +15,13 @@ learns exactly as the run with seed k+m).
 from __future__ import annotations
 
 import platform
+import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -98,6 +100,32 @@ def describe(job: Job) -> str:
     return f"{Path(job[0].path).parent}/seed_{job[0].seed}..{job[-1].seed}.npz ({len(job)} seeds, one model)"
 
 
+PROGRESS_AFTER_S = 60.0
+"""A job prints its progress (:class:`ProgressLines`) once it has run this many seconds."""
+
+
+class ProgressLines:
+    """A job's progress for whoever watches a long run: ``<label>: update k/N, t s, about r s left`` as k
+    passes each tenth of its N updates (10%, ..., 90%; every update but the last for N < 10) once the job
+    has run ``after_s`` seconds, so a short job prints nothing; to ``stream`` (default stderr);
+    r = t (N − k) / k."""
+
+    def __init__(self, label: str, n_updates: int, after_s: float = PROGRESS_AFTER_S,
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.label, self.n_updates, self.after_s = label, n_updates, after_s
+        self.stream, self.clock = stream, clock
+        self.start = clock()
+
+    def __call__(self, done: int) -> None:
+        elapsed = self.clock() - self.start
+        tenth = 10 * done // self.n_updates
+        if elapsed < self.after_s or done >= self.n_updates or tenth == 10 * (done - 1) // self.n_updates:
+            return
+        left = elapsed * (self.n_updates - done) / done
+        print(f"{self.label}: update {done}/{self.n_updates}, {elapsed:,.0f} s, about {left:,.0f} s left",
+              file=self.stream or sys.stderr, flush=True)
+
+
 SeedResult = tuple[str, dict[str, np.ndarray], dict[str, Any]]
 """One trained seed: (its file's path, its curves, its meta), written by :func:`write_results`."""
 
@@ -145,6 +173,7 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     # a fast collector computes train/ diagnostics and rollout/ values only for a callback that asks
     recorder.wants_train_diagnostics = needs_train_diagnostics(first.curves)
     recorder.wants_rollout_metrics = recorder.wants_rollout_metrics and needs_rollout_metrics(first.curves)
+    recorder.progress = ProgressLines(describe(job), spec.n_updates, PROGRESS_AFTER_S)
     model.learn(n_iterations=spec.n_updates, callback=recorder, log_interval=0)
     if recorder.updates_done != spec.n_updates:
         raise RuntimeError(f"{describe(job)}: ran {recorder.updates_done} updates, expected {spec.n_updates}")

@@ -28,7 +28,7 @@ member m's curves in the format of a single run, ``member_arrays()`` those of ev
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -92,6 +92,8 @@ class CurveRecorder(BaseCallback):
     (``experiments.jobs.needs_train_diagnostics``)."""
     wants_rollout_metrics = True
     """Ask for every batch's ``rollout/`` values too (``error`` is the batch's task error)."""
+    progress: Callable[[int], None] | None = None
+    """Called with the updates done after each update (``experiments.jobs.ProgressLines``), or None."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -160,6 +162,8 @@ class CurveRecorder(BaseCallback):
             row["all_fail"] = 1.0 - row["rollout/success_rate"]
         self.after_update(row)
         self.curves.append(row, self.n_seeds)
+        if self.progress is not None:
+            self.progress(self._done)
 
     # hooks -----------------------------------------------------------------------------------
     def before_update(self, row: Row) -> None:

@@ -4,6 +4,7 @@ commit in the meta, older uncompressed float64 files still read and still count 
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import zipfile
@@ -16,7 +17,7 @@ import torch as th
 from experiments.core import RESULTS, SMOKE_RESULTS, is_finished, kept, load_seed, save_seed, seed_path
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.docs_tables import seed_files
-from experiments.jobs import needs_rollout_metrics, needs_train_diagnostics, train_job
+from experiments.jobs import ProgressLines, needs_rollout_metrics, needs_train_diagnostics, train_job
 from experiments.report import load_runs, summarize
 from experiments.run import default_out, main
 from experiments.runner import plan, plan_jobs, run_tasks
@@ -68,6 +69,35 @@ def test_only_a_file_that_keeps_update_curves_asks_the_engine_for_rollout_values
     assert not calls  # the engine computed no batch's rollout/ values
     kept_keys = set(results[1][1])
     assert {"eval/error", "eval/x"} <= kept_keys and all(key.startswith("eval/") for key in kept_keys)
+
+
+def test_progress_lines_at_each_tenth_once_the_job_has_run_a_while():
+    out, now = io.StringIO(), [0.0]
+    progress = ProgressLines("seed_0.npz", 100, after_s=60.0, stream=out, clock=lambda: now[0])
+    for done in range(1, 101):
+        now[0] = 3.0 * done  # 3 s per update
+        progress(done)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "seed_0.npz: update 20/100, 60 s, about 240 s left"  # update 10 came before 60 s
+    assert [line.split()[2] for line in lines] == [f"{k}/100," for k in range(20, 100, 10)]
+    short, now[0] = io.StringIO(), 0.0
+    few = ProgressLines("x", 4, after_s=0.0, stream=short, clock=lambda: now[0])
+    now[0] = 8.0
+    for done in range(1, 5):
+        few(done)
+    assert short.getvalue().splitlines() == ["x: update 1/4, 8 s, about 24 s left",
+                                             "x: update 2/4, 8 s, about 8 s left",
+                                             "x: update 3/4, 8 s, about 3 s left"]  # never the last
+
+
+def test_a_job_prints_its_progress(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("experiments.jobs.PROGRESS_AFTER_S", 0.0)
+    tasks = plan(get_experiment("tabular_multi"), str(tmp_path), True, 1, 20, ("tpo",), None, "cpu")
+    train_job(plan_jobs(tasks, 1)[0])
+    lines = capsys.readouterr().err.splitlines()
+    done = [line.split(": update ")[1].split(",")[0] for line in lines]
+    assert done == [f"{k}/20" for k in range(2, 20, 2)]
+    assert all(line.startswith(tasks[0].path) for line in lines)
 
 
 def test_save_writes_compressed_float32_and_keeps_integers(tmp_path):

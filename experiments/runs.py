@@ -29,6 +29,8 @@ class Runs:
     arrays: dict[str, np.ndarray]
     meta: list[dict[str, Any]] = field(default_factory=list)
     shared_from: str | None = None
+    name: str = ""
+    """The cell's method name (its folder, e.g. ``grpo_trl``), where it is not the spec's ``algo``."""
 
     def x(self, key: str) -> np.ndarray:
         """The x values of curve ``key``: evaluation labels for ``eval/`` curves, else 0-based updates."""
@@ -38,10 +40,12 @@ class Runs:
 
     @property
     def label(self) -> str:
-        """Algorithm name with its grouping mode (e.g. ``tpo (token)``)."""
+        """Method name (the spec's ``algo``, or the cell's :attr:`name`) with its grouping mode (e.g.
+        ``tpo (token)``)."""
         spec = self.meta[0]["spec"]
         mode = spec["kwargs"].get("group_mode", "")
-        return f"{spec['algo']} ({mode})" if mode in ("token", "sequence") else spec["algo"]
+        algo = self.name or spec["algo"]
+        return f"{algo} ({mode})" if mode in ("token", "sequence") else algo
 
 
 def load_runs(out: str | Path, experiment: str, paths: Iterable[str | Path] | None = None
@@ -68,7 +72,8 @@ def load_runs(out: str | Path, experiment: str, paths: Iterable[str | Path] | No
         keys = set.intersection(*(set(a) for _, a, _ in seeds))
         arrays = {k: np.stack([a[k] for _, a, _ in seeds]) for k in sorted(keys)}
         metas = [m for _, _, m in seeds]
-        result.setdefault(variant, {})[algo] = Runs([s for s, _, _ in seeds], arrays, metas)
+        name = algo if algo != metas[0]["spec"]["algo"] else ""
+        result.setdefault(variant, {})[algo] = Runs([s for s, _, _ in seeds], arrays, metas, name=name)
     share_grouped_runs(result)
     return result
 

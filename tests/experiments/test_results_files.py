@@ -165,3 +165,13 @@ def test_the_committed_results_regenerate_their_tables(experiment):
             == [{k: r.get(k) for k in labels} for r in rows])
     for doc, row in zip(documented, rows, strict=True):  # float32 means: equal up to the CPU's kernels
         assert [doc["final"], *doc["final_ci"]] == pytest.approx([row["final"], *row["final_ci"]], rel=1e-5)
+
+
+def test_a_cell_named_apart_from_its_algorithm_keeps_its_name(tmp_path):
+    """``grpo_trl`` is GRPO with other settings: tables name the cell, not the algorithm."""
+    for folder in ("grpo", "grpo_trl"):
+        spec = {"algo": "grpo", "kwargs": {"group_mode": "text"}}
+        save_seed(seed_path(tmp_path, "llm_study", "exact/gcd_60", folder, 0), {"update/error": np.zeros(2)},
+                  {"seed": 0, "fingerprint": folder, "spec": spec})
+    runs = load_runs(tmp_path, "llm_study")["exact/gcd_60"]
+    assert (runs["grpo"].label, runs["grpo_trl"].label) == ("grpo", "grpo_trl")

@@ -30,7 +30,8 @@ class Runs:
     meta: list[dict[str, Any]] = field(default_factory=list)
     shared_from: str | None = None
     name: str = ""
-    """The cell's method name (its folder, e.g. ``grpo_trl``), where it is not the spec's ``algo``."""
+    """The cell's method name, its folder (``grpo_trl`` runs the spec's ``algo`` ``grpo``); "" for the
+    spec's ``algo``."""
 
     def x(self, key: str) -> np.ndarray:
         """The x values of curve ``key``: evaluation labels for ``eval/`` curves, else 0-based updates."""
@@ -72,8 +73,7 @@ def load_runs(out: str | Path, experiment: str, paths: Iterable[str | Path] | No
         keys = set.intersection(*(set(a) for _, a, _ in seeds))
         arrays = {k: np.stack([a[k] for _, a, _ in seeds]) for k in sorted(keys)}
         metas = [m for _, _, m in seeds]
-        name = algo if algo != metas[0]["spec"]["algo"] else ""
-        result.setdefault(variant, {})[algo] = Runs([s for s, _, _ in seeds], arrays, metas, name=name)
+        result.setdefault(variant, {})[algo] = Runs([s for s, _, _ in seeds], arrays, metas, name=algo)
     share_grouped_runs(result)
     return result
 
@@ -85,4 +85,5 @@ def share_grouped_runs(runs: dict[str, dict[str, Runs]]) -> None:
             twin = "prompts/" + variant.split("/", 1)[1]
             for algo, other in runs.get(twin, {}).items():
                 if algo not in cell:
-                    cell[algo] = Runs(other.seeds, other.arrays, other.meta, shared_from=twin)
+                    cell[algo] = Runs(other.seeds, other.arrays, other.meta, shared_from=twin,
+                                      name=other.name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,5 +85,4 @@ def share_grouped_runs(runs: dict[str, dict[str, Runs]]) -> None:
             twin = "prompts/" + variant.split("/", 1)[1]
             for algo, other in runs.get(twin, {}).items():
                 if algo not in cell:
-                    cell[algo] = Runs(other.seeds, other.arrays, other.meta, shared_from=twin,
-                                      name=other.name)
+                    cell[algo] = replace(other, shared_from=twin)

@@ -27,13 +27,18 @@ COLORS = {"tpo": "C3", "grpo": "C1", "dg": "C0", "ppo": "C2", "pg": "C2", "ce": 
 
 
 def save_panels(fig: Any, flat: Any, n_used: int, title: str, path: Path, fontsize: float = 9) -> None:
-    """Finish a grid of panels: blank the unused ones (after the first ``n_used``), legend the first,
-    title the figure, and write it to ``path`` (folders created) as a PNG, closing the figure."""
+    """Finish a grid of panels: blank the unused ones (after the first ``n_used``), legend the first
+    with every label of the used panels (a method drawn only on a later panel included), title the
+    figure, and write it to ``path`` (folders created) as a PNG, closing the figure."""
     import matplotlib.pyplot as plt
 
     for ax in flat[n_used:]:
         ax.axis("off")
-    flat[0].legend(fontsize=6)
+    handles: dict[str, Any] = {}
+    for ax in flat[:n_used]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    flat[0].legend(list(handles.values()), list(handles), fontsize=6)
     fig.suptitle(title, fontsize=fontsize)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

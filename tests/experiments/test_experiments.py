@@ -392,3 +392,21 @@ def test_no_zoo_only_key_reaches_a_constructor_and_ablations_hold():
     assert tpo_1ep.kwargs["n_epochs"] == 1 and tpo_1ep.kwargs["batch_size"] == 32
     with pytest.raises(ValueError, match="n_epochs"):
         zoo.zoo_run("tpo_1ep", "TPO/TokenReversal-v0", 3, n_epochs=4)
+
+
+def test_the_legend_names_every_method_of_the_used_panels_once(tmp_path):
+    """A method drawn only on a later panel (``grpo_trl`` on one task of ``llm_study``) is in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.figures import save_panels
+
+    fig, axes = plt.subplots(1, 3)
+    axes[0].plot([0, 1], label="tpo")
+    axes[1].plot([0, 1], label="tpo")
+    axes[1].plot([1, 0], label="grpo_trl")
+    save_panels(fig, axes, 2, "title", tmp_path / "f.png")
+    assert [text.get_text() for text in axes[0].get_legend().get_texts()] == ["tpo", "grpo_trl"]
+    assert (tmp_path / "f.png").stat().st_size > 0

@@ -51,7 +51,7 @@ def zoo_run(algo: str, env_id: str, n_updates: int, env_kwargs: dict[str, Any] |
     Raises ``ValueError`` if the YAML file or ``kwargs`` contradict the setting that defines an ablation
     (e.g. ``n_epochs`` of ``tpo_1ep``), as the zoo does.
     """
-    from tpo_agents.zoo.hyperparams import algo_kwargs, evaluated
+    from tpo_agents.zoo.hyperparams import algo_kwargs
     from tpo_agents.zoo.registry import defining_settings
 
     values = zoo_hyperparams(algo, env_id, configs)
@@ -60,5 +60,5 @@ def zoo_run(algo: str, env_id: str, n_updates: int, env_kwargs: dict[str, Any] |
     if policy is None:
         raise ValueError(f"zoo_configs/{algo}.yml sets no policy for {env_id}")
     constructor.update(defining_settings(algo, constructor))
-    env = {**evaluated(values.get("env_kwargs") or {}), **(env_kwargs or {})}
+    env = {**zoo_env_kwargs(algo, env_id, configs), **(env_kwargs or {})}
     return RunSpec(algo, env_id, env, policy, constructor, n_updates, recorder, dict(recorder_kwargs or {}))

@@ -113,8 +113,8 @@ class Experiment:
         MNIST's ``eval/mechanism_`` (Fig. 5b)
     :param compared_variants: (variant, baseline variant) pairs whose methods the report sets against each
         other (``experiments.settings``), e.g. a setting against the paper's
-    :param more_seeds: (variant, seeds) of the cells run at more seeds than ``full`` (the runner's default
-        for them), e.g. a headline result whose 20 seeds cannot tell two methods apart
+    :param more_seeds: (variant, methods, seeds) of the cells run at more seeds than ``full`` (the
+        runner's default for them), e.g. a headline result whose 20 seeds cannot tell two methods apart
     :param rate_grid: for a learning-rate grid, its tasks and rates (:class:`RateGrid`)
     """
 
@@ -130,12 +130,14 @@ class Experiment:
     notes: str = ""
     stored: tuple[str, ...] = ()
     compared_variants: tuple[tuple[str, str], ...] = ()
-    more_seeds: tuple[tuple[str, int], ...] = ()
+    more_seeds: tuple[tuple[str, tuple[str, ...], int], ...] = ()
     rate_grid: RateGrid | None = None
 
-    def seeds_of(self, variant: str) -> int:
-        """The full number of seeds of ``variant``: its :attr:`more_seeds`, else ``full.seeds``."""
-        return dict(self.more_seeds).get(variant, self.full.seeds)
+    def seeds_of(self, variant: str, algo: str) -> int:
+        """The full number of seeds of the method ``algo`` in ``variant``: its :attr:`more_seeds`, else
+        ``full.seeds``."""
+        return next((seeds for cell, algos, seeds in self.more_seeds if cell == variant and algo in algos),
+                    self.full.seeds)
 
     @property
     def curves(self) -> tuple[str, ...]:

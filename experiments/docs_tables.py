@@ -40,7 +40,7 @@ differ or that the page lacks and exits 1 if there is any;
   experiments (``experiments.held_out``) and ``lr-grid:<experiment>`` the learning-rate grid of the
   language-model study with the rate chosen per task and method (``experiments.lr_choice``);
   ``findings:<experiment>`` (for :data:`FINDINGS`) the pairwise differences in words, a line per variant
-  and method, that say "no result yet" until both methods hold the variant's full seeds.
+  and method, that say "no result yet" until both methods hold their full seeds (``Experiment.seeds_of``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ SUPERSEDED = "results/superseded"
 (docs/results.md, "Superseded cells")."""
 README = "README.md"
 """The project's front page: its layout of the modules (the ``layout`` table)."""
-FINDINGS = ("llm_study",)
+FINDINGS = ("terminal", "llm_study")
 """The experiments whose page states each pairwise difference in words (``findings:<experiment>``)."""
 LAYOUT_PACKAGES = ("tpo_gym", "tpo_agents", "experiments", "benchmarks")
 """The packages README's layout lists."""

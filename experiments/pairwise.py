@@ -121,29 +121,52 @@ def pairwise_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
     return "\n".join([*lines, "", PAIRWISE_LEGEND])
 
 
+def _verdict(reference: str, ci: list[float], p: float, lower: float, seeds: str) -> str:
+    """Which way a difference lies, read from its interval and its rank-sum p together (at the 5% level):
+    the interval below (above) zero and p < 0.05: ``reference`` lower (higher); only the interval: lower in
+    the mean, the ranks not separating the two; only the ranks: the interval holding zero, the ranks putting
+    ``reference`` lower or higher (``lower``: P(reference lower), above 1/2 where it ranks lower); neither:
+    no difference shown at ``seeds``."""
+    low, high = ci
+    side = "lower" if high < 0 else "higher" if low > 0 else None
+    if side is not None:
+        return f"{reference} {side}" + ("" if p < 0.05 else
+                                          " in the mean; the ranks do not separate the two")
+    if p < 0.05:
+        return f"the interval holds zero; the ranks put {reference} {'lower' if lower > 0.5 else 'higher'}"
+    return f"the interval holds zero: no difference shown at {seeds} seeds"
+
+
 def findings(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
-    """The rows of ``pairwise`` in words, one line per (variant, method): the difference of the final
-    errors with its interval, exact p and seed counts once both methods hold the variant's full seeds
-    (``experiment.seeds_of``), and which way the interval lies (below zero: TPO lower; above: TPO higher;
-    across: no difference shown at that number of seeds); before then, how many seeds each has."""
+    """The rows of ``pairwise`` in words, one line per (variant, method), once both methods hold their full
+    seeds (``experiment.seeds_of``): the difference of the final errors with its interval, exact p and seed
+    counts, with a threshold also the per-seed first crossing's, each with its verdict (:func:`_verdict`);
+    before then, how many seeds each has."""
     percent = not experiment.name.startswith("tabular")
     unit = " pp" if percent else ""
     lines = []
     for row in rows:
-        full = experiment.seeds_of(row["variant"])
+        full_tpo, full_other = (experiment.seeds_of(row["variant"], a) for a in (REFERENCE, row["algo"]))
         n_tpo, n_other = row["seeds"]
-        head = f"- `{row['variant']}`, {row['reference']} − {row['label']}:"
-        if min(n_tpo, n_other) < full:
-            lines.append(f"{head} no result yet ({n_tpo} and {n_other} of {full} seeds committed).")
+        reference = row["reference"]
+        head = f"- `{row['variant']}`, {reference} − {row['label']}:"
+        if n_tpo < full_tpo or n_other < full_other:
+            committed = (f"{n_tpo} and {n_other} of {full_tpo}" if full_tpo == full_other
+                         else f"{n_tpo} of {full_tpo} and {n_other} of {full_other}")
+            lines.append(f"{head} no result yet ({committed} seeds committed).")
             continue
+        seeds = f"{n_tpo} against {n_other}"
         low, high = row["final_difference_ci"]
-        if high < 0:
-            verdict = f"{row['reference']} lower"
-        elif low > 0:
-            verdict = f"{row['reference']} higher"
-        else:
-            verdict = f"the interval holds zero: no difference shown at {n_tpo} against {n_other} seeds"
-        lines.append(f"{head} final error {_fmt_difference(row['final_difference'], percent)}{unit} "
-                     f"(95% interval [{_fmt_difference(low, percent)}, {_fmt_difference(high, percent)}], "
-                     f"exact rank-sum p = {row['final_p']:.2g}, {n_tpo} against {n_other} seeds): {verdict}.")
+        line = (f"{head} final error {_fmt_difference(row['final_difference'], percent)}{unit} "
+                f"(95% interval [{_fmt_difference(low, percent)}, {_fmt_difference(high, percent)}], "
+                f"exact rank-sum p = {row['final_p']:.2g}, {seeds} seeds): "
+                f"{_verdict(reference, [low, high], row['final_p'], row['final_lower'], seeds)}")
+        if experiment.threshold is not None:
+            steps_low, steps_high = row["seed_steps_difference_ci"]
+            line += (f"; per-seed first crossing of {100 * experiment.threshold:g}% "
+                     f"{_fmt_steps(row['seed_steps_difference'])} steps (95% interval "
+                     f"[{_fmt_steps(steps_low)}, {_fmt_steps(steps_high)}], p = {row['seed_steps_p']:.2g}): "
+                     + _verdict(reference, [float(steps_low), float(steps_high)], row["seed_steps_p"],
+                                row["seed_steps_lower"], seeds))
+        lines.append(line + ".")
     return "\n".join(lines)

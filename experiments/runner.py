@@ -44,7 +44,7 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
          variants: Iterable[str] | None = None, device: str = "cpu") -> list[Task]:
     """Every seed of every run of ``experiment`` (seed-major, so partial results cover every method),
     to train on ``device``: seeds ``0 .. n_seeds - 1``, by default each variant's full number
-    (``Experiment.seeds_of``; the smoke size's at ``smoke``)."""
+    (``Experiment.seeds_of``, per method; the smoke size's at ``smoke``)."""
     size = experiment.smoke if smoke else experiment.full
     grid = experiment.build(updates or size.updates, smoke)
     wanted_algos = set(algorithms) if algorithms else None
@@ -53,15 +53,15 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
     _check_known("algorithm", wanted_algos, {a for runs in grid.values() for a in runs})
     per_seed = reads_train_diagnostics(experiment)
     tasks = []
-    def seeds(variant: str) -> int:
-        return n_seeds or (size.seeds if smoke else experiment.seeds_of(variant))
+    def seeds(variant: str, algo: str) -> int:
+        return n_seeds or (size.seeds if smoke else experiment.seeds_of(variant, algo))
 
-    for seed in range(max(seeds(variant) for variant in grid)):
+    for seed in range(max(seeds(variant, algo) for variant, runs in grid.items() for algo in runs)):
         for variant, runs in grid.items():
-            if (wanted_variants is not None and variant not in wanted_variants) or seed >= seeds(variant):
+            if wanted_variants is not None and variant not in wanted_variants:
                 continue
             for algo, spec in runs.items():
-                if wanted_algos is None or algo in wanted_algos:
+                if (wanted_algos is None or algo in wanted_algos) and seed < seeds(variant, algo):
                     path = seed_path(out, experiment.name, variant, algo, seed)
                     tasks.append(Task(experiment.name, variant, seed, spec, str(path), per_seed,
                                       experiment.curves, device))

@@ -292,14 +292,16 @@ def test_plan_rejects_unknown_variants_and_algorithms(tmp_path):
 
 
 def test_a_cell_with_more_seeds_runs_them_by_default(tmp_path):
-    """terminal's prompts/H10 runs 40 seeds (``more_seeds``), every other cell the full 20; ``--n-seeds``
-    and the smoke size set every cell's."""
+    """terminal's prompts/H10 runs TPO and GRPO at 40 seeds (``more_seeds``), its other methods and every
+    other cell the full 20; ``--n-seeds`` and the smoke size set every cell's."""
     experiment = get_experiment("terminal")
-    assert experiment.seeds_of("prompts/H10") == 40 and experiment.seeds_of("prompts/H7") == 20
+    assert experiment.seeds_of("prompts/H10", "tpo") == experiment.seeds_of("prompts/H10", "grpo") == 40
+    assert experiment.seeds_of("prompts/H10", "ppo") == experiment.seeds_of("prompts/H7", "tpo") == 20
     seeds = {}
-    for task in plan(experiment, tmp_path, variants=["prompts/H10", "prompts/H7"], algorithms=["tpo"]):
-        seeds.setdefault(task.variant, []).append(task.seed)
-    assert seeds == {"prompts/H10": list(range(40)), "prompts/H7": list(range(20))}
+    for task in plan(experiment, tmp_path, variants=["prompts/H10", "prompts/H7"], algorithms=["tpo", "dg"]):
+        seeds.setdefault((task.variant, task.spec.algo), []).append(task.seed)
+    assert seeds == {("prompts/H10", "tpo"): list(range(40)), ("prompts/H10", "dg"): list(range(20)),
+                     ("prompts/H7", "tpo"): list(range(20)), ("prompts/H7", "dg"): list(range(20))}
     assert {t.seed for t in plan(experiment, tmp_path, n_seeds=3, variants=["prompts/H10"])} == {0, 1, 2}
     assert {t.seed for t in plan(experiment, tmp_path, smoke=True, variants=["prompts/H7"])} == {0, 1}
 

@@ -150,14 +150,14 @@ def test_report_compares_tpo_with_each_method_of_its_cell_and_keeps_the_rows(tmp
     assert [r["algo"] for r in summary["rows"]] == ["tpo", "grpo", "grpo"]
 
 
-def _row(variant, seeds, difference_, ci, p):
-    return {"variant": variant, "algo": "grpo", "label": "grpo", "reference": "tpo", "seeds": seeds,
-            "final_difference": difference_, "final_difference_ci": ci, "final_p": p}
+def _row(variant, seeds, difference_, ci, p, lower=0.5, algo="grpo"):
+    return {"variant": variant, "algo": algo, "label": algo, "reference": "tpo", "seeds": seeds,
+            "final_difference": difference_, "final_difference_ci": ci, "final_p": p, "final_lower": lower}
 
 
 def test_findings_say_no_result_before_the_full_seeds_and_read_the_interval_after():
     study = get_experiment("llm_study")
-    full = study.seeds_of("exact/gcd_60")
+    full = study.seeds_of("exact/gcd_60", "tpo")
     rows = [_row("exact/gcd_60", [full, full - 1], -0.1, [-0.2, -0.05], 0.03),
             _row("exact/gcd_60", [full, full], -0.0625, [-0.125, -0.015625], 2 / 252),
             _row("exact/chain_sum_2x2", [full, full], 0.03125, [-0.0625, 0.09375], 0.5),
@@ -170,3 +170,29 @@ def test_findings_say_no_result_before_the_full_seeds_and_read_the_interval_afte
     assert lines[2].endswith(f"the interval holds zero: no difference shown at {full} against {full} seeds.")
     assert "+3.12 pp" in lines[2]
     assert lines[3].endswith("p = 0.016, 5 against 5 seeds): tpo higher.") and full == 5
+
+
+def test_findings_read_the_interval_and_the_ranks_together_and_give_the_crossing_with_a_threshold():
+    """terminal (threshold 5%): an interval below zero with p >= 0.05 is a lead in the mean only, p < 0.05
+    with an interval holding zero a lead in the ranks only; the per-seed crossing gets its own verdict; a
+    method run at fewer seeds than TPO in its cell (prompts/H10: TPO at 40, PPO at 20) is complete at its
+    own number."""
+    terminal = get_experiment("terminal")
+    steps = {"seed_steps_difference": -254, "seed_steps_difference_ci": [-620.5, -34.5],
+             "seed_steps_p": 0.001, "seed_steps_lower": 0.8}
+    never = {"seed_steps_difference": "-inf", "seed_steps_difference_ci": ["-inf", 12],
+             "seed_steps_p": 0.3, "seed_steps_lower": 0.6}
+    rows = [_row("prompts/H7", [20, 20], -0.1532, [-0.3255, -0.0137], 0.6, 0.46) | steps,
+            _row("prompts/H8", [20, 20], -0.02, [-0.1, 0.05], 0.01, 0.7) | never,
+            _row("prompts/H10", [30, 20], -0.88, [-0.94, -0.81], 1e-9, 1.0, algo="ppo") | steps,
+            _row("prompts/H10", [40, 20], -0.88, [-0.94, -0.81], 1e-9, 1.0, algo="ppo") | steps]
+    lines = findings(terminal, rows).splitlines()
+    assert lines[0] == ("- `prompts/H7`, tpo − grpo: final error -15.32 pp (95% interval [-32.55, -1.37], "
+                        "exact rank-sum p = 0.6, 20 against 20 seeds): tpo lower in the mean; the ranks do "
+                        "not separate the two; per-seed first crossing of 5% -254 steps (95% interval "
+                        "[-620.5, -34.5], p = 0.001): tpo lower.")
+    assert lines[1].endswith("p = 0.01, 20 against 20 seeds): the interval holds zero; the ranks put tpo "
+                             "lower; per-seed first crossing of 5% -inf steps (95% interval [-inf, +12], "
+                             "p = 0.3): the interval holds zero: no difference shown at 20 against 20 seeds.")
+    assert lines[2] == "- `prompts/H10`, tpo − ppo: no result yet (30 of 40 and 20 of 20 seeds committed)."
+    assert "40 against 20 seeds): tpo lower; per-seed" in lines[3]

@@ -157,8 +157,8 @@ def test_the_committed_results_regenerate_their_tables(experiment):
     full = definition.full
     rows = summarize(definition, runs)
     assert {r["updates"] for r in rows} == {full.updates}
-    assert all(r["seeds"] <= definition.seeds_of(r["variant"]) for r in rows)
-    assert any(r["seeds"] == definition.seeds_of(r["variant"]) for r in rows)
+    assert all(r["seeds"] <= definition.seeds_of(r["variant"], r["algo"]) for r in rows)
+    assert any(r["seeds"] == definition.seeds_of(r["variant"], r["algo"]) for r in rows)
     documented = json.loads((ROOT / "docs" / "figures" / f"{experiment}.json").read_text())["rows"]
     labels = ("variant", "algo", "seeds", "steps", "steps_ci")
     assert ([{k: r.get(k) for k in labels} for r in documented]

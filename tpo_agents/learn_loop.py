@@ -70,7 +70,7 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         warn_never_firing(self, callback, total_timesteps - self.num_timesteps, stacklevel=3)
         without_signal_before = self.batches_without_signal
         collector = self.collector()
-        every_update = not collector.fast or wants_train_diagnostics(callback)
+        every_update = wants_train_diagnostics(callback)
         every_rollout = not collector.fast or wants_rollout_metrics(callback)
         callback.on_training_start(locals(), globals())
         while self.num_timesteps < total_timesteps and (n_iterations is None or iteration < n_iterations):
@@ -146,8 +146,8 @@ class GroupAlgorithm(GroupBaseAlgorithm):
         A batch in which no group carries signal (:meth:`~tpo_agents.modes.CollectionMode.has_signal`) is
         counted (``train/batches_without_signal``) and, with ``skip_batches_without_signal``, not trained
         on. ``diagnostics=False`` skips the ``train/`` diagnostics (the loss's stats, the gradient norm, the
-        KL to pi_old after the update), which change no parameter: the learn loop of a fast collector
-        computes them for logged updates only.
+        KL to pi_old after the update), which change no parameter: the learn loop computes them for logged
+        updates only, and for every update where a callback asks (:func:`wants_train_diagnostics`).
         """
         if not self.mode.has_signal(batch, self._view):
             self.batches_without_signal += 1

@@ -134,13 +134,29 @@ def test_rollout_values_only_for_logged_updates_or_when_asked() -> None:
     assert set(model.member_rollout) == {"task_error"}
 
 
-def test_the_generic_path_always_computes_diagnostics() -> None:
-    model = exact_model("tpo", 1, False)
-    computed = []
-    train = model.train
-    model.train = lambda batch, diagnostics=True: (computed.append(diagnostics), train(batch, diagnostics))
-    model.learn(n_iterations=3, log_interval=0)
-    assert computed == [True, True, True]
+@pytest.mark.parametrize("algo", ["tpo", "grpo"])
+def test_the_generic_path_computes_diagnostics_for_logged_updates_and_they_move_nothing(algo: str) -> None:
+    """The transformer's generic collector: ``train/`` diagnostics only for logged updates or where a
+    callback asks, as with a fast collector; the weights after 3 updates are the same bit for bit whether
+    or not they were computed."""
+    runs = []
+    for callback, log_interval, expected in ((None, 0, [False] * 3), (None, 2, [False, True, False]),
+                                             (NeedsDiagnostics(), 0, [True] * 3)):
+        model = make_agent(algo, "TransformerPolicy", "TPO/TokenReversal-v0",
+                           env_kwargs={"sequence_length": 3, "vocab_size": 2, "reward": "terminal"},
+                           group_mode="sequence", group_size=4, batch_size=4, n_epochs=2, seed=0,
+                           policy_kwargs={"d_model": 16, "n_layers": 1})
+        assert not model.collector().fast
+        computed = []
+        train = model.train
+        model.train = lambda batch, diagnostics=True, train=train, seen=computed: (
+            seen.append(diagnostics), train(batch, diagnostics))
+        model.set_logger(Logger(folder=None, output_formats=[Rows()]))
+        model.learn(n_iterations=3, log_interval=log_interval, callback=callback)
+        assert computed == expected
+        runs.append([p.detach().clone() for p in model.policy.parameters()])
+    for weights in runs[1:]:
+        assert all(th.equal(a, b) for a, b in zip(runs[0], weights, strict=True))
 
 
 def test_a_stopping_callback_stops_the_fast_loop() -> None:

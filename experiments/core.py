@@ -115,6 +115,10 @@ class Experiment:
         other (``experiments.settings``), e.g. a setting against the paper's
     :param more_seeds: (variant, methods, seeds) of the cells run at more seeds than ``full`` (the
         runner's default for them), e.g. a headline result whose 20 seeds cannot tell two methods apart
+    :param cells_from: (variant, other experiment, its variant): the methods of ``variant`` that the other
+        experiment's cell runs with the same settings are that cell's runs, trained into and read from its
+        folder (seeds below this experiment's full number), e.g. the ablations' TPO and GRPO, which are Table
+        3's runs
     :param rate_grid: for a learning-rate grid, its tasks and rates (:class:`RateGrid`)
     """
 
@@ -131,6 +135,7 @@ class Experiment:
     stored: tuple[str, ...] = ()
     compared_variants: tuple[tuple[str, str], ...] = ()
     more_seeds: tuple[tuple[str, tuple[str, ...], int], ...] = ()
+    cells_from: tuple[tuple[str, str, str], ...] = ()
     rate_grid: RateGrid | None = None
 
     def seeds_of(self, variant: str, algo: str) -> int:

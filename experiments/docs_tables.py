@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.core import RESULTS, load_seed
-from experiments.definitions import EXPERIMENTS, get_experiment
+from experiments.definitions import EXPERIMENTS, borrowed_cells, get_experiment
 from experiments.held_out import held_out
 from experiments.lr_choice import lr_grid
 from experiments.pairwise import PAIRWISE_LEGEND, findings, pairwise, pairwise_table
@@ -276,7 +276,9 @@ def file_sizes_table(files: list[SeedFile]) -> str:
 
 def what_ran_table(files: list[SeedFile]) -> str:
     """Per experiment of ``EXPERIMENTS``: the paper's size, committed cells out of the grid's, and the
-    committed cells' seeds × updates (variants with the same methods and size joined)."""
+    committed cells' seeds × updates (variants with the same methods and size joined); a cell borrowed
+    from another experiment (:func:`~experiments.definitions.borrowed_cells`) counts where that one's has
+    files, named after them."""
     found = cells(files)
     rows = []
     for name, definition in EXPERIMENTS.items():
@@ -292,9 +294,15 @@ def what_ran_table(files: list[SeedFile]) -> str:
         for variant, per_size in by_variant.items():
             for size, algos in per_size.items():
                 sizes.setdefault((size, ", ".join(algos)), []).append(variant)
-        described = "; ".join(f"{size}: {', '.join(variants)} ({algos})"
-                              for (size, algos), variants in sizes.items()) or "none"
-        in_grid = sum(1 for v, a, _ in committed if a in grid.get(v, {}))
+        parts = [f"{size}: {', '.join(variants)} ({algos})" for (size, algos), variants in sizes.items()]
+        own = {(v, a) for v, a, _ in committed if a in grid.get(v, {})}
+        lent: dict[tuple[str, str], list[str]] = {}  # (other experiment, its variant) -> methods
+        for (variant, algo), (other, cell) in borrowed_cells(definition).items():
+            if (variant, algo) not in own and (other, cell, algo) in found:
+                lent.setdefault((other, cell), []).append(algo)
+        parts += [f"`{other}`'s {cell} ({', '.join(algos)})" for (other, cell), algos in lent.items()]
+        described = "; ".join(parts) or "none"
+        in_grid = len(own) + sum(len(algos) for algos in lent.values())
         rows.append([f"`{name}`", definition.paper, size_cell(definition.full.seeds, definition.full.updates),
                      f"{in_grid} / {n_cells}", described])
     return _table(["experiment", "paper", "full size (seeds × updates)", "cells with committed files / "
@@ -302,7 +310,7 @@ def what_ran_table(files: list[SeedFile]) -> str:
 
 
 def _runs(experiment: str, root: str | Path, files: list[SeedFile] | None) -> dict[str, dict[str, Any]]:
-    paths = None if files is None else [f.path for f in files if f.experiment == experiment]
+    paths = None if files is None else [f.path for f in files]  # a borrowed cell's lie in another's folder
     return load_runs(root, experiment, paths)
 
 
@@ -372,7 +380,10 @@ def generate(results: str | Path = RESULTS, superseded: str | Path | None = SUPE
         for experiment in dict.fromkeys(f.experiment for f in replaced):
             if experiment in EXPERIMENTS:
                 tables[f"superseded-report:{experiment}"] = report_table(experiment, superseded, replaced)
-    for experiment in dict.fromkeys(f.experiment for f in files):
+    with_files = dict.fromkeys(f.experiment for f in files)
+    borrowing = [name for name, definition in EXPERIMENTS.items() if name not in with_files
+                 and any(other in with_files for _, other, _ in definition.cells_from)]
+    for experiment in [*with_files, *borrowing]:
         if experiment not in EXPERIMENTS:
             continue
         tables[f"report:{experiment}"] = report_table(experiment, results, files)

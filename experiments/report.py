@@ -175,7 +175,7 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         paper = row["paper"]
-        method = row["label"] + (" (= prompt-matched run)" if row["shared_from"] else "")
+        method = row["label"] + _shared(row["shared_from"])
         cells = [row["variant"], method, str(row["seeds"]), str(row["updates"]),
                  f"{fmt(row['final'], percent)} ± {fmt(row['final_se'], percent)} "
                  + fmt_interval(row["final_ci"], percent),
@@ -198,6 +198,14 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
     if any(row["final_outside"] or row.get("steps_outside") for row in rows):
         lines += ["", DAGGER_LEGEND]
     return "\n".join(lines)
+
+
+def _shared(source: str | None) -> str:
+    """What a row's method says of the run it shows: an interaction-matched cell's grouped method is its
+    prompt-matched run (``prompts/H7``), a borrowed cell another experiment's (``terminal prompts/H7``)."""
+    if source is None:
+        return ""
+    return " (= prompt-matched run)" if " " not in source else f" (= `{source}`)"
 
 
 def _dagger(flag: bool) -> str:

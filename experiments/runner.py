@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.core import Experiment, RunSpec, is_finished, load_seed, seed_path
+from experiments.definitions import borrowed_cells, get_experiment
 from experiments.jobs import (  # noqa: F401  (re-exported: the runner's public names)
     BATCHINGS,
     TRAIN_DIAGNOSTICS,
@@ -44,14 +45,16 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
          variants: Iterable[str] | None = None, device: str = "cpu") -> list[Task]:
     """Every seed of every run of ``experiment`` (seed-major, so partial results cover every method),
     to train on ``device``: seeds ``0 .. n_seeds - 1``, by default each variant's full number
-    (``Experiment.seeds_of``, per method; the smoke size's at ``smoke``)."""
+    (``Experiment.seeds_of``, per method; the smoke size's at ``smoke``). A run that another experiment's
+    cell holds with the same settings (:func:`~experiments.definitions.borrowed_cells`) is that
+    experiment's task, its seed file in that experiment's folder."""
     size = experiment.smoke if smoke else experiment.full
     grid = experiment.build(updates or size.updates, smoke)
     wanted_algos = set(algorithms) if algorithms else None
     wanted_variants = set(variants) if variants else None
     _check_known("variant", wanted_variants, set(grid))
     _check_known("algorithm", wanted_algos, {a for runs in grid.values() for a in runs})
-    per_seed = reads_train_diagnostics(experiment)
+    borrowed = borrowed_cells(experiment, updates, smoke)
     tasks = []
     def seeds(variant: str, algo: str) -> int:
         return n_seeds or (size.seeds if smoke else experiment.seeds_of(variant, algo))
@@ -62,9 +65,10 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
                 continue
             for algo, spec in runs.items():
                 if (wanted_algos is None or algo in wanted_algos) and seed < seeds(variant, algo):
-                    path = seed_path(out, experiment.name, variant, algo, seed)
-                    tasks.append(Task(experiment.name, variant, seed, spec, str(path), per_seed,
-                                      experiment.curves, device))
+                    owner, cell = borrowed.get((variant, algo), (experiment.name, variant))
+                    definition = get_experiment(owner)
+                    tasks.append(Task(owner, cell, seed, spec, str(seed_path(out, owner, cell, algo, seed)),
+                                      reads_train_diagnostics(definition), definition.curves, device))
     return tasks
 
 

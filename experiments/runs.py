@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from experiments.core import load_seed
+from experiments.definitions import EXPERIMENTS, borrowed_cells
 
 
 @dataclass
@@ -54,7 +55,8 @@ def load_runs(out: str | Path, experiment: str, paths: Iterable[str | Path] | No
     """``variant -> algo -> Runs`` of every seed file under ``<out>/<experiment>`` (``paths``: of those
     of these files that lie there).
 
-    If a cell holds seeds of different settings, only those of the most common setting are kept.
+    If a cell holds seeds of different settings, only those of the most common setting are kept. The
+    runs the experiment borrows from another's cell (:func:`borrow_runs`) are read from that one's folder.
     """
     root = Path(out) / experiment
     found = sorted(root.glob("**/seed_*.npz"))
@@ -75,7 +77,31 @@ def load_runs(out: str | Path, experiment: str, paths: Iterable[str | Path] | No
         metas = [m for _, _, m in seeds]
         result.setdefault(variant, {})[algo] = Runs([s for s, _, _ in seeds], arrays, metas, name=algo)
     share_grouped_runs(result)
+    borrow_runs(result, out, experiment, paths)
     return result
+
+
+def borrow_runs(runs: dict[str, dict[str, Runs]], out: str | Path, experiment: str,
+                paths: Iterable[str | Path] | None = None) -> None:
+    """Add to ``runs`` the cells ``experiment`` borrows (:func:`experiments.definitions.borrowed_cells`)
+    that its own folder does not hold: the other experiment's seeds below this experiment's full number
+    of the method, marked ``shared_from="<other> <variant>"``."""
+    if experiment not in EXPERIMENTS:
+        return
+    definition = EXPERIMENTS[experiment]
+    others: dict[str, dict[str, dict[str, Runs]]] = {}
+    for (variant, algo), (other, cell) in borrowed_cells(definition).items():
+        if algo in runs.get(variant, {}):
+            continue
+        if other not in others:
+            others[other] = load_runs(out, other, paths)
+        found = others[other].get(cell, {}).get(algo)
+        if found is None:
+            continue
+        keep = [i for i, seed in enumerate(found.seeds) if seed < definition.seeds_of(variant, algo)]
+        runs.setdefault(variant, {})[algo] = Runs(
+            [found.seeds[i] for i in keep], {key: values[keep] for key, values in found.arrays.items()},
+            [found.meta[i] for i in keep], shared_from=f"{other} {cell}", name=found.name)
 
 
 def share_grouped_runs(runs: dict[str, dict[str, Runs]]) -> None:

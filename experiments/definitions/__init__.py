@@ -24,3 +24,20 @@ def get_experiment(name: str) -> Experiment:
     if name not in EXPERIMENTS:
         raise KeyError(f"unknown experiment {name!r}; choose one of: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name]
+
+
+def borrowed_cells(experiment: Experiment, updates: int | None = None, smoke: bool = False
+                   ) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(variant, algo) -> (other experiment, its variant)`` for each method of ``experiment``'s
+    :attr:`~experiments.core.Experiment.cells_from` variants whose run the other experiment's cell holds
+    with the same settings (an equal ``RunSpec`` at ``updates``, default the full size's, or the smoke
+    size's at ``smoke``)."""
+    size = experiment.smoke if smoke else experiment.full
+    own = experiment.build(updates or size.updates, smoke)
+    found = {}
+    for variant, name, other_variant in experiment.cells_from:
+        other = get_experiment(name).build(updates or size.updates, smoke).get(other_variant, {})
+        for algo, spec in own.get(variant, {}).items():
+            if other.get(algo) == spec:
+                found[variant, algo] = (name, other_variant)
+    return found

@@ -13,6 +13,8 @@ batch (all K completions count).
   signal, instead of the optimizer's step on a zero gradient), set against the ``prompts/H10`` cells by the
   report (``compared_variants``).
 * ``ablations`` (Section 3.7, Fig. 9): TPO, TPO-no-anchor, Group PG, GRPO, GRPO (no KL) at H in {7, 8, 10}.
+  TPO, GRPO and GRPO (no KL) are Table 3's prompt-matched runs (``cells_from``): their seeds are trained
+  into and read from ``terminal``'s folder.
 """
 
 from __future__ import annotations
@@ -58,4 +60,5 @@ TERMINAL = Experiment(
 ABLATIONS = Experiment(
     name="ablations", paper="Section 3.7, Fig. 9", full=Size(20, 2000), smoke=Size(2, 20),
     build=build_ablations, threshold=0.05, log_panels=(False,),
+    cells_from=tuple((f"H{H}", "terminal", f"prompts/H{H}") for H in (7, 8, 10)),
 )

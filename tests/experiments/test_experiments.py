@@ -6,7 +6,7 @@ import json
 import math
 import os
 import shutil
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
@@ -15,8 +15,8 @@ import pytest
 import torch as th
 
 from experiments import jobs, zoo
-from experiments.core import load_seed, seed_path
-from experiments.definitions import EXPERIMENTS, get_experiment
+from experiments.core import load_seed, save_seed, seed_path
+from experiments.definitions import EXPERIMENTS, borrowed_cells, get_experiment
 from experiments.metrics import (
     bootstrap_final,
     bootstrap_steps,
@@ -304,6 +304,32 @@ def test_a_cell_with_more_seeds_runs_them_by_default(tmp_path):
                      ("prompts/H7", "tpo"): list(range(20)), ("prompts/H7", "dg"): list(range(20))}
     assert {t.seed for t in plan(experiment, tmp_path, n_seeds=3, variants=["prompts/H10"])} == {0, 1, 2}
     assert {t.seed for t in plan(experiment, tmp_path, smoke=True, variants=["prompts/H7"])} == {0, 1}
+
+
+def test_the_ablations_borrow_table_3s_runs_of_the_same_settings(tmp_path):
+    """ablations' TPO, GRPO and GRPO (no KL) are terminal's prompt-matched runs (``cells_from``): equal
+    specs at the full and the smoke size, planned into terminal's folder, and read from there by the
+    report (seeds below the ablations' 20), marked as borrowed; its own methods stay its own."""
+    ablations, terminal = get_experiment("ablations"), get_experiment("terminal")
+    for smoke in (False, True):
+        borrowed = borrowed_cells(ablations, smoke=smoke)
+        horizons = (7,) if smoke else (7, 8, 10)
+        assert set(borrowed) == {(f"H{H}", a) for H in horizons for a in ("tpo", "grpo", "grpo_no_kl")}
+        assert all(cell == ("terminal", f"prompts/{variant}") for (variant, _), cell in borrowed.items())
+    tasks = plan(ablations, tmp_path, n_seeds=1, variants=["H7"])
+    owners = {t.spec.algo: (t.experiment, t.variant, Path(t.path).relative_to(tmp_path).parts[:3])
+              for t in tasks}
+    assert owners["tpo"] == ("terminal", "prompts/H7", ("terminal", "prompts", "H7"))
+    assert owners["tpo_no_anchor"] == ("ablations", "H7", ("ablations", "H7", "tpo_no_anchor"))
+    spec = terminal.build(2, True)["prompts/H7"]["tpo"]
+    for seed in (0, 1, 25):  # seed 25: beyond the ablations' full 20
+        save_seed(seed_path(tmp_path, "terminal", "prompts/H7", "tpo", seed),
+                  {"update/error": np.full(2, seed)},
+                  {"seed": seed, "fingerprint": "f", "spec": asdict(spec)})
+    runs = load_runs(tmp_path, "ablations")
+    assert runs["H7"]["tpo"].seeds == [0, 1] and runs["H7"]["tpo"].shared_from == "terminal prompts/H7"
+    assert runs["H7"]["tpo"].arrays["update/error"][:, 0].tolist() == [0, 1]
+    assert set(runs) == {"H7"} and set(runs["H7"]) == {"tpo"}
 
 
 def test_runner_trains_exactly_n_updates_with_learn_n_iterations(tmp_path, monkeypatch):

@@ -32,6 +32,8 @@ def borrowed_cells(experiment: Experiment, updates: int | None = None, smoke: bo
     :attr:`~experiments.core.Experiment.cells_from` variants whose run the other experiment's cell holds
     with the same settings (an equal ``RunSpec`` at ``updates``, default the full size's, or the smoke
     size's at ``smoke``)."""
+    if not experiment.cells_from:  # load_runs and the what-ran table ask for every experiment
+        return {}
     size = experiment.smoke if smoke else experiment.full
     own = experiment.build(updates or size.updates, smoke)
     found = {}

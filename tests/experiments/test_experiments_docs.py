@@ -263,3 +263,21 @@ def test_only_the_files_git_tracks_count(results):
     assert "| V2 | ppo | 3 | 3 |" in tables["report:vocab_sweep"]
     assert "tpo" not in tables["report:vocab_sweep"]
     assert "| V2 | tpo (token) | 5 | 3 |" in generate(results, None, tracked_only=False)["report:vocab_sweep"]
+
+
+def test_an_experiment_in_outcomes_and_findings_gets_both_blocks_from_one_reading(tmp_path):
+    """terminal (in ``OUTCOMES`` and ``FINDINGS``) gets its seeds' outcomes and its differences in words
+    beside its report and pairwise tables; vocab_sweep (in neither) gets neither."""
+    root = tmp_path / "results"
+    for seed in range(2):
+        _seed(root, "terminal", "prompts/H7", "tpo", seed, [0.9, 0.01, 0.0 + 0.3 * seed])
+        _seed(root, "terminal", "prompts/H7", "grpo", seed, [0.9, 0.9, 1.0])
+    _seed(root, "vocab_sweep", "V2", "tpo", 0, [0.5, 0.0])
+    tables = generate(root, None, tracked_only=False)
+    terminal = {name for name in tables if name.endswith(":terminal")}
+    assert terminal == {"report:terminal", "pairwise:terminal", "findings:terminal", "outcomes:terminal"}
+    assert not {"outcomes:vocab_sweep", "findings:vocab_sweep"} & set(tables)
+    rows = tables["outcomes:terminal"].splitlines()[2:]
+    assert rows == ["| prompts/H7 | tpo (token) | 2 | 1 | 2 | 1 | 1 | 0 | 1 | — |",
+                    "| prompts/H7 | grpo (token) | 2 | 0 | 0 | 0 | 0 | 2 | — | 90.0% |"]
+    assert "no result yet (2 and 2 of 20 seeds committed)" in tables["findings:terminal"]

@@ -61,7 +61,7 @@ from experiments.core import RESULTS, load_seed
 from experiments.definitions import EXPERIMENTS, borrowed_cells, get_experiment
 from experiments.held_out import held_out
 from experiments.lr_choice import lr_grid
-from experiments.outcomes import outcomes_table, seed_outcomes
+from experiments.outcomes import outcome_differences, outcome_differences_table, outcomes_table, seed_outcomes
 from experiments.pairwise import PAIRWISE_LEGEND, findings, pairwise, pairwise_table
 from experiments.report import (
     MNIST_CHECKPOINT,
@@ -340,6 +340,8 @@ def experiment_tables(experiment: str, root: str | Path = RESULTS, files: list[S
             tables[f"findings:{experiment}"] = findings(definition, rows)
     if experiment in OUTCOMES and cells:
         tables[f"outcomes:{experiment}"] = outcomes_table(definition, seed_outcomes(definition, runs, cells))
+        if differences_ := outcome_differences(definition, runs, cells):
+            tables[f"outcomes:{experiment}"] += "\n\n" + outcome_differences_table(definition, differences_)
     settings = setting_differences(definition, runs, cells)
     if settings:
         tables[f"settings:{experiment}"] = settings_table(settings)

@@ -277,7 +277,10 @@ def test_an_experiment_in_outcomes_and_findings_gets_both_blocks_from_one_readin
     terminal = {name for name in tables if name.endswith(":terminal")}
     assert terminal == {"report:terminal", "pairwise:terminal", "findings:terminal", "outcomes:terminal"}
     assert not {"outcomes:vocab_sweep", "findings:vocab_sweep"} & set(tables)
-    rows = tables["outcomes:terminal"].splitlines()[2:]
-    assert rows == ["| prompts/H7 | tpo (token) | 2 | 1 | 2 | 1 | 1 | 0 | 1 | — |",
-                    "| prompts/H7 | grpo (token) | 2 | 0 | 0 | 0 | 0 | 2 | — | 90.0% |"]
+    counts, differences_, legend = tables["outcomes:terminal"].split("\n\n")
+    assert counts.splitlines()[2:] == ["| prompts/H7 | tpo (token) | 2 | 1 | 2 | 1 | 1 | 0 | 1 | — |",
+                                       "| prompts/H7 | grpo (token) | 2 | 0 | 0 | 0 | 0 | 2 | — | 90.0% |"]
+    row = differences_.splitlines()[2]
+    assert row.startswith("| prompts/H7 | tpo (token) − grpo (token) | 2 / 2 | 1 vs 0: ")
+    assert legend.startswith("a vs b: TPO's seeds and the method's")
     assert "no result yet (2 and 2 of 20 seeds committed)" in tables["findings:terminal"]

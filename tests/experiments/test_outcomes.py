@@ -8,16 +8,21 @@ import numpy as np
 import pytest
 
 from experiments.definitions import get_experiment
-from experiments.outcomes import outcomes_table, seed_outcomes
+from experiments.metrics import fisher_exact_test
+from experiments.outcomes import outcome_differences, outcome_differences_table, outcomes_table, seed_outcomes
 from experiments.runs import Runs
 
 TERMINAL = get_experiment("terminal")  # update/error, threshold 5%
 
 
-def _runs(curves: list[list[float]]) -> dict[str, dict[str, Runs]]:
-    meta = {"spec": {"algo": "tpo", "kwargs": {"group_mode": "sequence"}}}
+def _cell(algo: str, curves: list[list[float]]) -> Runs:
+    meta = {"spec": {"algo": algo, "kwargs": {"group_mode": "sequence"}}}
     arrays = {"update/error": np.array(curves, dtype=np.float32)}
-    return {"prompts/H10": {"tpo": Runs(list(range(len(curves))), arrays, [meta] * len(curves))}}
+    return Runs(list(range(len(curves))), arrays, [meta] * len(curves))
+
+
+def _runs(curves: list[list[float]]) -> dict[str, dict[str, Runs]]:
+    return {"prompts/H10": {"tpo": _cell("tpo", curves)}}
 
 
 CURVES = [
@@ -64,3 +69,24 @@ def test_no_crossing_or_no_failure_gives_an_empty_range_and_the_table_a_dash():
 def test_an_experiment_without_a_threshold_is_refused():
     with pytest.raises(ValueError, match="'terminal' has none"):
         seed_outcomes(dataclasses.replace(TERMINAL, threshold=None), _runs(CURVES), [("prompts/H10", "tpo")])
+
+
+def test_outcome_differences_give_both_counts_the_share_difference_its_interval_and_fishers_p():
+    """TPO's 6 hand-made seeds (2 below 5% at the end, 1 at exactly 0, 2 failed) against 4 GRPO seeds
+    (all at exactly 0 but one that fails): each end state's counts, share difference, interval around it
+    and the Fisher p of the two counts; a variant without TPO gives no row."""
+    grpo = [[0.9, 0.0], [0.9, 0.0], [0.9, 0.0], [0.9, 1.0]]
+    runs = {"prompts/H10": {"tpo": _cell("tpo", CURVES), "grpo": _cell("grpo", grpo)},
+            "prompts/H7": {"grpo": _cell("grpo", grpo)}}
+    cells = [("prompts/H10", "tpo"), ("prompts/H10", "grpo"), ("prompts/H7", "grpo")]
+    (row,) = outcome_differences(TERMINAL, runs, cells)
+    assert (row["variant"], row["label"], row["seeds"]) == ("prompts/H10", "grpo (sequence)", [6, 4])
+    expected = {"ends_below": (2, 3), "ends_at_zero": (1, 3), "failed": (2, 1)}
+    for name, (a, b) in expected.items():
+        end = row[name]
+        assert end["counts"] == [a, b]
+        assert end["difference"] == pytest.approx(a / 6 - b / 4)
+        assert end["ci"][0] <= end["difference"] <= end["ci"][1]
+        assert end["p"] == fisher_exact_test(a, 6, b, 4)
+    line = outcome_differences_table(TERMINAL, [row]).splitlines()[2]
+    assert line.startswith("| prompts/H10 | tpo (sequence) − grpo (sequence) | 6 / 4 | 2 vs 3: -41.7 pp [")

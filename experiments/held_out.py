@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.pairwise import REFERENCE, compare
+from experiments.pairwise import compare, reference_pairs
 from experiments.runs import Runs
 
 HELD_OUT = (
@@ -114,10 +114,7 @@ def native_pairwise(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str
     the native error: TPO − method of the final native error (``compare``: difference of seed means,
     bootstrap interval, rank-sum p, P(TPO lower))."""
     rows = []
-    for variant, algo in order:
-        if algo == REFERENCE or REFERENCE not in runs[variant]:
-            continue
-        tpo, other = runs[variant][REFERENCE], runs[variant][algo]
+    for variant, algo, tpo, other in reference_pairs(runs, order):
         kind = evaluations_of(tpo)
         if kind is None or kind is not evaluations_of(other) or kind.compared is None:
             continue

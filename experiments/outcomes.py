@@ -28,7 +28,7 @@ import numpy as np
 
 from experiments.core import Experiment
 from experiments.metrics import below, bootstrap_difference, difference, fisher_exact_test, seed_steps
-from experiments.pairwise import REFERENCE
+from experiments.pairwise import reference_pairs
 
 if TYPE_CHECKING:
     from experiments.runs import Runs
@@ -76,10 +76,7 @@ def outcome_differences(experiment: Experiment, runs: dict[str, dict[str, Runs]]
     the two counts, the difference of the shares (TPO - method) with its bootstrap 95% interval, and the
     Fisher exact p."""
     rows = []
-    for variant, algo in cells:
-        if algo == REFERENCE or REFERENCE not in runs[variant]:
-            continue
-        tpo, other = runs[variant][REFERENCE], runs[variant][algo]
+    for variant, algo, tpo, other in reference_pairs(runs, cells):
         row: dict[str, Any] = {"variant": variant, "algo": algo, "label": other.label, "reference": tpo.label,
                                "seeds": [len(tpo.seeds), len(other.seeds)]}
         ends_tpo, ends_other = end_states(experiment, tpo), end_states(experiment, other)

@@ -23,7 +23,7 @@ with the sign of the difference.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,15 +63,21 @@ def _signed_steps(value: float) -> float | int | str:
     return int(value) if value.is_integer() else value
 
 
+def reference_pairs(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str]]
+                    ) -> Iterator[tuple[str, str, Runs, Runs]]:
+    """``(variant, method, TPO's runs, the method's runs)`` for each (variant, method other than TPO) of
+    ``order`` whose variant holds TPO: the pairs every comparison with TPO is made on."""
+    for variant, algo in order:
+        if algo != REFERENCE and REFERENCE in runs[variant]:
+            yield variant, algo, runs[variant][REFERENCE], runs[variant][algo]
+
+
 def pairwise(experiment: Experiment, runs: dict[str, dict[str, Runs]],
              order: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """One row per (variant, method) of ``order`` whose variant holds TPO: TPO - method of the final
     (``final_*``) and, with a threshold, of the per-seed median steps (``seed_steps_*``)."""
     rows = []
-    for variant, algo in order:
-        if algo == REFERENCE or REFERENCE not in runs[variant]:
-            continue
-        tpo, other = runs[variant][REFERENCE], runs[variant][algo]
+    for variant, algo, tpo, other in reference_pairs(runs, order):
         curves_tpo, curves_other = tpo.arrays[experiment.metric], other.arrays[experiment.metric]
         final = compare(curves_tpo[:, -1], curves_other[:, -1])
         row = {"variant": variant, "algo": algo, "label": other.label, "reference": tpo.label,

@@ -33,8 +33,8 @@ gradient: the update's forward of its ``[S, A]`` rows costs 1-3% of an update.
 The update itself is the generic one (``GroupAlgorithm.train``: the algorithm's own loss from
 ``tpo_agents.losses`` on the mode's views); with a fast collector the learn loop computes the batch's
 ``rollout/`` values only for updates whose logs are written (every ``log_interval``) or when a callback asks
-for them (``tpo_agents.learn_loop.wants_rollout_metrics``), and on every path it computes the ``train/``
-diagnostics (the loss's stats, the gradient norm, the KL to pi_old) so
+for them (``tpo_agents.learn_loop.wants_rollout_metrics``); on every path, fast or generic, it computes the
+``train/`` diagnostics (the loss's stats, the gradient norm, the KL to pi_old) on the same terms
 (``tpo_agents.learn_loop.wants_train_diagnostics``). Each collector registers
 itself (:func:`tpo_agents.modes.base.register_fast_collector`) for what its ``serves`` says; everything else
 (multi-context tables in single mode, the transformer, text) goes the generic collector, which stays the

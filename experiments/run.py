@@ -143,8 +143,9 @@ def _print_jobs(tasks: list[Task], members_per_process: int, n_jobs: int, out: s
               f"updates={spec.n_updates}  {cost}")
     if jobs:
         print(f"  estimated: {hours:.1f} one-thread CPU-hours for {len(todo) - unknown} seed(s), {unknown} "
-              f"without an estimate (per seed: the mean cpu_s of the seeds under {out} of the same env, "
-              "updates and work settings, of the same method where there are any)")
+              f"without an estimate (per seed: the mean cpu_s under {out} of the same method, env, updates "
+              "and work settings; else of the method at another H or V, scaled as the other methods' costs "
+              "scale; else of every method)")
 
 
 if __name__ == "__main__":

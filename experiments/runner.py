@@ -15,6 +15,7 @@ processes (``plan_jobs``).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -165,18 +166,34 @@ def recorded_cpu_s(out: str | Path) -> list[tuple[dict[str, Any], float]]:
 
 def estimate_cpu_s(spec: RunSpec, recorded: list[tuple[dict[str, Any], float]]) -> float | None:
     """The expected one-thread CPU seconds of one seed of ``spec``, from the seeds of ``recorded``
-    (:func:`recorded_cpu_s`) of the same env (id and kwargs: H, V, reward) and number of updates that
-    agree with it on :data:`WORK_SETTINGS`.
+    (:func:`recorded_cpu_s`) of the same env id, number of updates and :data:`WORK_SETTINGS`.
 
-    With R_w those seeds and R_m the ones of them of the same method: the mean cpu_s over R_m if it is not
-    empty, else over R_w, else None (nothing comparable recorded). A mean over whatever machines ran them.
+    With c(m, e) the mean cpu_s of method m's seeds at env kwargs e (H, V, reward), and e the spec's:
+    c(m, e) if m has seeds at e; else, over the other settings e' where m has seeds, the mean of
+    c(m, e') * r(e, e'), with r(e, e') the mean of c(n, e) / c(n, e') over the other methods n at both
+    (a method's cost moved to the spec's setting as the other methods' costs move); else the mean cpu_s of
+    all seeds at e; else None (nothing comparable recorded). Means over whatever machines ran the seeds.
     """
-    same_work = [(other["algo"], cpu_s) for other, cpu_s in recorded
-                 if (other["env_id"], other["env_kwargs"], other["n_updates"])
-                 == (spec.env_id, spec.env_kwargs, spec.n_updates)
-                 and all(other["kwargs"].get(key) == spec.kwargs.get(key) for key in WORK_SETTINGS)]
-    chosen = [cpu_s for algo, cpu_s in same_work if algo == spec.algo] or [cpu_s for _, cpu_s in same_work]
-    return sum(chosen) / len(chosen) if chosen else None
+    costs: dict[tuple[str, str], list[float]] = {}
+    for other, cpu_s in recorded:
+        if (other["env_id"], other["n_updates"]) == (spec.env_id, spec.n_updates) and all(
+                other["kwargs"].get(key) == spec.kwargs.get(key) for key in WORK_SETTINGS):
+            setting = json.dumps(other["env_kwargs"], sort_keys=True)
+            costs.setdefault((other["algo"], setting), []).append(cpu_s)
+    mean = {cell: sum(values) / len(values) for cell, values in costs.items()}
+    here = json.dumps(spec.env_kwargs, sort_keys=True)
+    if (spec.algo, here) in mean:
+        return mean[spec.algo, here]
+    moved = []
+    for (algo, setting), cost in mean.items():
+        ratios = [mean[other, here] / mean[other, setting] for other, there in mean
+                  if there == setting and other != spec.algo and (other, here) in mean]
+        if algo == spec.algo and ratios:
+            moved.append(cost * sum(ratios) / len(ratios))
+    if moved:
+        return sum(moved) / len(moved)
+    at_here = [cpu_s for (_, setting), values in costs.items() if setting == here for cpu_s in values]
+    return sum(at_here) / len(at_here) if at_here else None
 
 
 def run_tasks(tasks: list[Task], n_jobs: int = 1, log: Any = None,

@@ -166,7 +166,7 @@ def _recorded_seed(out, variant: str, spec: RunSpec, seed: int, cpu_s: float | N
               meta | ({} if cpu_s is None else {"cpu_s": cpu_s}))
 
 
-def test_the_cost_of_a_seed_is_the_mean_of_its_method_else_of_the_same_work_at_the_same_env(tmp_path, capsys):
+def test_a_seed_costs_as_its_method_else_its_method_elsewhere_scaled_else_all_at_its_env(tmp_path, capsys):
     grid = get_experiment("ablations").build(2000, False)
     tpo, grpo = grid["H7"]["tpo"], grid["H7"]["grpo"]
     skipping = replace(tpo, kwargs=tpo.kwargs | {"skip_batches_without_signal": True})
@@ -188,3 +188,10 @@ def test_the_cost_of_a_seed_is_the_mean_of_its_method_else_of_the_same_work_at_t
     assert "H7/tpo_no_anchor/seed_0..1.npz (2 seeds, one model)" in text and "CPU s per seed: ~300" in text
     assert "H8/tpo_no_anchor/seed_0..1.npz" in text and "CPU s per seed: no estimate" in text
     assert "estimated: 0.2 one-thread CPU-hours for 2 seed(s), 2 without an estimate" in text  # 2 x 300 s
+    _recorded_seed(tmp_path, "prompts/H8", grid["H8"]["grpo"], 0, 800.0)  # GRPO costs 2x at H = 8 ...
+    _recorded_seed(tmp_path, "prompts/H8", grid["H8"]["grpo_no_kl"], 0, 600.0)  # ... GRPO (no KL) 3x
+    _recorded_seed(tmp_path, "prompts/H7", grid["H7"]["grpo_no_kl"], 0, 200.0)
+    recorded = recorded_cpu_s(tmp_path)
+    assert estimate_cpu_s(grid["H8"]["tpo"], recorded) == pytest.approx(250.0 * (2 + 3) / 2)
+    assert estimate_cpu_s(grid["H8"]["grpo"], recorded) == pytest.approx(800.0)
+    assert estimate_cpu_s(grid["H8"]["tpo_no_anchor"], recorded) == pytest.approx(700.0)  # no own seeds

@@ -1,6 +1,6 @@
-"""The docs' generated tables (``experiments.docs_tables``): docs/results.md's and docs/llm.md's equal to
-what the committed seed files give, README's layout to the modules' docstrings, and the generator itself
-on small hand-made seed files and packages."""
+"""The docs' generated tables (``experiments.docs_tables``): docs/results.md's, docs/llm.md's and
+docs/agents.md's equal to what the committed seed files give, README's layout to the modules' docstrings,
+and the generator itself on small hand-made seed files and packages."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from experiments.core import RESULTS, save_seed, seed_path
 from experiments.docs_tables import (
+    AGENTS_DOC,
     BEGIN,
     DOC,
     END,
@@ -22,12 +23,12 @@ from experiments.docs_tables import (
     code_versions_table,
     cpu_seconds_table,
     differences,
+    experiment_page,
     file_sizes_table,
     fill,
     generate,
     layout_table,
     main,
-    on_llm_page,
     pages_of,
     seed_files,
     seed_ranges,
@@ -42,10 +43,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_the_pages_hold_the_generated_tables():
     """Regenerating every table from results/paper, results/superseded and the modules gives exactly what
-    the pages hold (docs/llm.md the LLM experiments', README.md the layout, docs/results.md every other),
-    and each page holds every table of its own (``python -m experiments.docs_tables`` rewrites them)."""
+    the pages hold (docs/llm.md the LLM experiments', docs/agents.md the agents', README.md the layout,
+    docs/results.md every other), and each page holds every table of its own (``python -m
+    experiments.docs_tables`` rewrites them)."""
     tables = generate(ROOT / RESULTS, ROOT / SUPERSEDED, code=ROOT)
-    for doc in (DOC, LLM_DOC, README):
+    for doc in (DOC, LLM_DOC, AGENTS_DOC, README):
         text = (ROOT / doc).read_text()
         own = {name: body for name, body in tables.items() if doc in pages_of(name)}
         assert sorted(blocks(text)) == sorted(own), doc
@@ -86,11 +88,14 @@ def test_layout_table_lists_every_module_with_its_docstring(tmp_path):
         layout_table(tmp_path)
 
 
-def test_llm_experiments_tables_go_on_the_llm_page():
-    assert on_llm_page("report:llm_study") and on_llm_page("pairwise:llm_cpu")
-    assert on_llm_page("held-out:llm_study")
-    assert not any(map(on_llm_page, ("report:terminal", "what-ran", "superseded-report:mnist",
-                                      "pairwise-legend")))
+def test_llm_and_agents_experiments_tables_go_on_their_own_pages():
+    assert pages_of("report:llm_study") == pages_of("pairwise:llm_cpu") == pages_of("held-out:llm_study") \
+        == (LLM_DOC,)
+    assert pages_of("report:agents_grid") == pages_of("lr-grid:agents_grid") == (AGENTS_DOC,)
+    assert experiment_page("agents_grid") == AGENTS_DOC and experiment_page("llm_grid") == LLM_DOC
+    for name in ("report:terminal", "what-ran", "superseded-report:mnist", "pairwise-legend",
+                 "findings:ablations"):
+        assert pages_of(name) == (DOC,), name
 
 
 # ------------------------------------------------------------------------------------------- hand-made
@@ -232,8 +237,9 @@ def test_main_checks_and_rewrites_the_page(results, tmp_path, capsys):
     doc = tmp_path / "results.md"
     names = list(generate(results, tmp_path / "none"))
     doc.write_text("# page\n\n" + "\n\n".join(f"{BEGIN.format(n)}\nstale\n{END}" for n in names) + "\n")
-    args = ["--doc", str(doc), "--llm-doc", str(tmp_path / "llm.md"), "--readme", str(tmp_path / "README.md"),
-            "--root", str(ROOT), "--results", str(results), "--superseded", str(tmp_path / "none")]
+    args = ["--doc", str(doc), "--llm-doc", str(tmp_path / "llm.md"), "--agents-doc",
+            str(tmp_path / "agents.md"), "--readme", str(tmp_path / "README.md"), "--root", str(ROOT),
+            "--results", str(results), "--superseded", str(tmp_path / "none")]
     (tmp_path / "README.md").write_text(f"# readme\n\n{BEGIN.format('layout')}\n{END}\n")
     before = doc.read_text()
     assert main([*args, "--check"]) == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import glob
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -160,6 +161,40 @@ def _eos_ids(lm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[in
     configured = lm.generation_config.eos_token_id
     configured = [] if configured is None else [configured] if isinstance(configured, int) else configured
     return sorted({tokenizer.eos_token_id, *configured})
+
+
+def shared_prompt_logits(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, inverse: Tensor,
+                         inputs: Tensor, mask: Tensor) -> Tensor:
+    """A causal LM's logits over rows ``[x_inverse[r] ; inputs[r]]``, each distinct prompt forwarded once.
+
+    ``prompt_ids [P, Lp]`` (left-padded, ``prompt_mask``) are the distinct prompts and ``inverse [R]`` each
+    row's; ``mask [R, Lp + Li]`` is the rows' attention mask, positions ``cumsum(mask) - 1``. The prompts'
+    forward keeps its key-value cache and the logits of its last position; the cache, gathered to the rows,
+    is the context of one forward of ``inputs [R, Li]``. Returns ``[R, 1 + Li]``: the last prompt
+    position's logits, then those of every input position, what one forward of the whole rows gives there
+    (up to float rounding) for a prompt's share of the cost when K rows share it. Gradients reach the
+    prompts' forward through the gathered cache.
+    """
+    keyword = _cache_keyword(model)
+    prompt_positions = (prompt_mask.cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions,
+                logits_to_keep=1, use_cache=True)
+    head = out.logits[inverse]
+    if inputs.shape[1] == 0:
+        return head
+    cache = getattr(out, keyword)
+    cache.batch_select_indices(inverse)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)[:, prompt_ids.shape[1]:]
+    tail = model(input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
+                 **{keyword: cache}).logits
+    return torch.cat([head, tail], 1)
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """The name of a causal LM's key-value cache, as forward's keyword and output field: ``cache`` from
+    transformers 5.2x on (``past_key_values`` deprecated), ``past_key_values`` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's own
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def format_prompt(
@@ -487,28 +522,33 @@ class LLMPolicy(BasePolicy):
         shift them, as in ``generate``); the logits of the last ``Lc`` positions, divided by the sampling
         ``temperature`` T (as TRL and verl score), predict ``y_0 .. y_Lc-1``:
         ``log pi(y_t) = logit[y_t] / T - logsumexp(logit / T)`` in float32. Columns that are all padding
-        within a chunk (prompt left padding, completion tail) are not computed.
+        within a chunk (prompt left padding, completion tail) are not computed. The rows of one prompt
+        share its forward (:func:`shared_prompt_logits`), except with gradient checkpointing, which keeps no
+        cache: then each row's ``[x ; y_<Lc]`` is one forward.
         """
         rows = rows.to(completions.owner.device)
         width = completions.completion_ids.shape[1]
         chunks = []
         for chunk in rows.split(self.micro_batch_size):
-            owner = completions.owner[chunk]
-            prompt_mask = completions.prompt_mask[owner]
-            completion_mask = completions.completion_mask[chunk]
+            owners, inverse = completions.owner[chunk].unique(return_inverse=True)
+            prompt_mask = completions.prompt_mask[owners]
             first = int(prompt_mask.any(0).int().argmax())
+            prompt_ids, prompt_mask = completions.prompt_ids[owners, first:], prompt_mask[:, first:]
+            completion_mask = completions.completion_mask[chunk]
             used = max(1, int(completion_mask.sum(1).max()))
             targets = completions.completion_ids[chunk, :used]
-            input_ids = torch.cat([completions.prompt_ids[owner, first:], targets[:, :-1]], 1)
-            mask = torch.cat([prompt_mask[:, first:], completion_mask[:, : used - 1]], 1)
-            positions = (mask.cumsum(1) - 1).clamp(min=0)
-            logits = model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                logits_to_keep=used,
-                use_cache=False,
-            ).logits.float() / self.temperature
+            mask = torch.cat([prompt_mask[inverse], completion_mask[:, : used - 1]], 1)
+            if self.gradient_checkpointing:
+                logits = model(
+                    input_ids=torch.cat([prompt_ids[inverse], targets[:, :-1]], 1),
+                    attention_mask=mask,
+                    position_ids=(mask.cumsum(1) - 1).clamp(min=0),
+                    logits_to_keep=used,
+                    use_cache=False,
+                ).logits
+            else:
+                logits = shared_prompt_logits(model, prompt_ids, prompt_mask, inverse, targets[:, :-1], mask)
+            logits = logits.float() / self.temperature
             log_probs = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
             log_probs = log_probs.masked_fill(completions.loss_mask[chunk, :used] == 0, 0.0)
             chunks.append(F.pad(log_probs, (0, width - used)))

@@ -18,6 +18,7 @@ from gymnasium import spaces
 
 from tpo_agents.policies import LLMPolicy
 from tpo_agents.policies.generation import Completions, CompletionStop, completion_lengths
+from tpo_agents.policies.llm import shared_prompt_logits
 
 pytest.importorskip("transformers")
 torch.set_num_threads(1)
@@ -415,3 +416,37 @@ def test_one_bos_in_our_loop_with_a_template_that_writes_it(tiny_llm_dir, tmp_pa
     policy = make_policy(str(folder))
     ids, mask = policy.encode_prompts(["hi"])
     assert ids[0][mask[0].bool()].tolist().count(policy.tokenizer.bos_token_id) == 1
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_rows_of_one_prompt_share_its_forward_and_score_as_whole_rows(tiny_llm_dir: str, lora_rank: int):
+    """shared_prompt_logits: each distinct prompt forwarded once, its cache gathered to the rows, gives one
+    forward of the whole rows' logits and the same gradients: prompts of different lengths (left padding),
+    rows of several prompts in any order, and rows without inputs (the last prompt position only)."""
+    policy = make_policy(tiny_llm_dir, lora_rank=lora_rank)
+    out = sample(policy, n=2)
+    assert out.prompt_mask.sum(1).unique().numel() == len(PROMPTS)
+    inverse = torch.tensor([2, 0, 0, 1, 2])
+    rows = torch.tensor([5, 0, 1, 3, 4])  # completions of prompts 2, 0, 0, 1, 2
+    assert torch.equal(out.owner[rows], inverse)
+    inputs = out.completion_ids[rows, :6]
+    mask = torch.cat([out.prompt_mask[inverse], out.completion_mask[rows, :6]], 1)
+    prompts, prompt_mask, model = out.prompt_ids, out.prompt_mask, policy.model
+    scored = torch.cat([torch.ones(5, 1), mask[:, -6:]], 1).bool()  # the positions a score reads
+    results = []
+    for shared in (True, False):
+        model.zero_grad()
+        if shared:
+            logits = shared_prompt_logits(model, prompts, prompt_mask, inverse, inputs, mask)
+        else:
+            logits = model(input_ids=torch.cat([prompts[inverse], inputs], 1), attention_mask=mask,
+                           position_ids=(mask.cumsum(1) - 1).clamp(min=0), logits_to_keep=7,
+                           use_cache=False).logits
+        (logits * scored[..., None]).sum().backward()
+        grads = [param.grad.flatten() for param in policy.parameters() if param.grad is not None]
+        results.append((logits.detach(), torch.cat(grads)))
+    assert results[0][0].shape == (5, 7, model.config.vocab_size)
+    torch.testing.assert_close(results[0][0][scored], results[1][0][scored], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(results[0][1], results[1][1], atol=1e-5, rtol=1e-4)
+    head = shared_prompt_logits(model, prompts, prompt_mask, inverse, inputs[:, :0], mask[:, :-6])
+    torch.testing.assert_close(head.detach(), results[1][0][:, :1], atol=1e-5, rtol=1e-5)

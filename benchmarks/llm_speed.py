@@ -15,7 +15,9 @@ limit (``min_new_tokens``), so every completion has exactly ``--max-new-tokens``
 Each path runs in its own subprocess (``--inner PATH``);
 an update's time is from the end of the previous update (or the start of training) to its end,
 generation included; model loading is not. Printed per path: the median and mean seconds per update
-after the first (warm-up) update, the first update, completion tokens per update, and the peak RSS.
+after the first (warm-up) update, the first update, the median CPU seconds per update after the first (the
+process's own, which a machine busy with other work leaves as they are where it stretches the seconds),
+completion tokens per update, and the peak RSS.
 
 * ``ours``: ``TPO("LLMPolicy", "TPO/ReasoningGym-v0")`` (text mode, ``learn(n_iterations=N)``);
 * ``target_po``: ``tpo_agents.integrations.trl.TargetPOTrainer``;
@@ -71,9 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run_ours(args: argparse.Namespace) -> tuple[list[float], list[int]]:
-    """Time ``args.updates`` updates of our own path: the seconds of each update (from the end of the
-    previous one) and its completion tokens. ``model.train`` is wrapped, whatever its arguments."""
+def run_ours(args: argparse.Namespace) -> tuple[list[float], list[float], list[int]]:
+    """Time ``args.updates`` updates of our own path: the seconds and CPU seconds of each update (from the
+    end of the previous one) and its completion tokens. ``model.train`` is wrapped, whatever its arguments."""
     import tpo_gym  # noqa: F401
     from tpo_agents.tpo import TPO
 
@@ -87,20 +89,20 @@ def run_ours(args: argparse.Namespace) -> tuple[list[float], list[int]]:
     )  # fmt: skip
     if args.fixed_length:  # HF's generate reads the model's generation config beside our sampling arguments
         model.policy.model.generation_config.min_new_tokens = args.max_new_tokens
-    ends, tokens = [time.perf_counter()], []
+    ends, tokens = [_clocks()], []
     train = model.train
 
     def timed_train(batch: Any, *args: Any, **kwargs: Any) -> None:
         train(batch, *args, **kwargs)
-        ends.append(time.perf_counter())
+        ends.append(_clocks())
         tokens.append(int(batch.completions.completion_mask.sum()))
 
     model.train = timed_train  # type: ignore[method-assign]
     model.learn(n_iterations=args.updates)
-    return [b - a for a, b in zip(ends, ends[1:], strict=False)], tokens
+    return *_durations(ends), tokens
 
 
-def run_trl(args: argparse.Namespace, tpo: bool) -> tuple[list[float], list[int]]:
+def run_trl(args: argparse.Namespace, tpo: bool) -> tuple[list[float], list[float], list[int]]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -120,15 +122,15 @@ def run_trl(args: argparse.Namespace, tpo: bool) -> tuple[list[float], list[int]
         lr_scheduler_type="constant", beta=0.0, temperature=1.0, gradient_checkpointing=False,
         generation_kwargs={"min_new_tokens": args.max_new_tokens} if args.fixed_length else None,
     )  # fmt: skip
-    ends: list[float] = []
+    ends: list[tuple[float, float]] = []
     tokens: list[int] = []
 
     class Timer(TrainerCallback):
         def on_train_begin(self, *_: Any, **__: Any) -> None:
-            ends.append(time.perf_counter())
+            ends.append(_clocks())
 
         def on_step_end(self, *_: Any, **__: Any) -> None:
-            ends.append(time.perf_counter())
+            ends.append(_clocks())
 
         def on_log(self, _args: Any, _state: Any, _control: Any, logs: dict | None = None, **__: Any) -> None:
             if logs and "completions/mean_length" in logs:
@@ -141,7 +143,18 @@ def run_trl(args: argparse.Namespace, tpo: bool) -> tuple[list[float], list[int]
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=GRPOConfig(**settings),
                               train_dataset=dataset, processing_class=tokenizer, callbacks=[Timer()])
     trainer.train()
-    return [b - a for a, b in zip(ends, ends[1:], strict=False)], tokens
+    return *_durations(ends), tokens
+
+
+def _clocks() -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) now."""
+    return time.perf_counter(), time.process_time()
+
+
+def _durations(ends: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The seconds and CPU seconds between consecutive ``ends`` (:func:`_clocks`)."""
+    return ([b[0] - a[0] for a, b in zip(ends, ends[1:], strict=False)],
+            [b[1] - a[1] for a, b in zip(ends, ends[1:], strict=False)])
 
 
 def inner(args: argparse.Namespace) -> None:
@@ -149,9 +162,11 @@ def inner(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    seconds, tokens = run_ours(args) if args.inner == "ours" else run_trl(args, args.inner == "target_po")
+    seconds, cpu_seconds, tokens = (run_ours(args) if args.inner == "ours"
+                                    else run_trl(args, args.inner == "target_po"))
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"seconds": seconds, "tokens": tokens, "peak_rss_gb": peak_gb}))
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "tokens": tokens,
+                      "peak_rss_gb": peak_gb}))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -164,8 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.prompts} prompts x K = {args.k} completions, {length} {args.max_new_tokens} new tokens, "
           f"micro-batch {args.micro_batch}, {args.threads} threads, {args.updates} updates per path; "
           f"model {args.model}")
-    print(f"{'path':<11} {'median s/update':>16} {'mean s/update':>14} {'first':>8} {'tokens/update':>14} "
-          f"{'peak RSS GB':>12}")  # fmt: skip
+    print(f"{'path':<11} {'median s/update':>16} {'mean s/update':>14} {'first':>8} {'median CPU s':>13} "
+          f"{'tokens/update':>14} {'peak RSS GB':>12}")  # fmt: skip
     for path in args.paths:
         env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
         result = subprocess.run([sys.executable, "-m", "benchmarks.llm_speed", *passthrough, "--inner", path],
@@ -177,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
         warm = out["seconds"][1:]
         tokens = statistics.mean(out["tokens"]) if out["tokens"] else float("nan")
         print(f"{path:<11} {statistics.median(warm):>16.1f} {statistics.mean(warm):>14.1f} "
-              f"{out['seconds'][0]:>8.1f} {tokens:>14.0f} {out['peak_rss_gb']:>12.2f}")  # fmt: skip
+              f"{out['seconds'][0]:>8.1f} {statistics.median(out['cpu_seconds'][1:]):>13.1f} "
+              f"{tokens:>14.0f} {out['peak_rss_gb']:>12.2f}")  # fmt: skip
 
 
 def _drop_option(argv: list[str], name: str) -> list[str]:

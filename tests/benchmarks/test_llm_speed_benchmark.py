@@ -17,9 +17,9 @@ torch.set_num_threads(1)
 def test_our_path_times_every_update(tiny_llm_dir: str) -> None:
     sizes = ["--updates", "2", "--prompts", "2", "--k", "2", "--max-new-tokens", "4", "--micro-batch", "2"]
     args = parse_args(["--model", tiny_llm_dir, "--paths", "ours", *sizes, "--threads", "1"])
-    seconds, tokens = run_ours(args)
-    assert len(seconds) == len(tokens) == 2
-    assert all(s > 0 for s in seconds) and all(1 <= t <= 2 * 2 * 4 for t in tokens)
+    seconds, cpu_seconds, tokens = run_ours(args)
+    assert len(seconds) == len(cpu_seconds) == len(tokens) == 2
+    assert all(s > 0 for s in seconds + cpu_seconds) and all(1 <= t <= 2 * 2 * 4 for t in tokens)
 
 
 
@@ -41,7 +41,7 @@ def eos_first_llm_dir(tiny_llm_dir: str, tmp_path: Path) -> str:
 def test_fixed_length_gives_every_completion_the_limit(eos_first_llm_dir: str) -> None:
     sizes = ["--updates", "2", "--prompts", "2", "--k", "2", "--max-new-tokens", "5", "--micro-batch", "2"]
     base = ["--model", eos_first_llm_dir, "--paths", "ours", *sizes, "--threads", "1"]
-    _, sampled = run_ours(parse_args(base))
-    _, fixed = run_ours(parse_args([*base, "--fixed-length"]))
+    *_, sampled = run_ours(parse_args(base))
+    *_, fixed = run_ours(parse_args([*base, "--fixed-length"]))
     assert max(sampled) < 2 * 2 * 5  # completions end at EOS
     assert fixed == [2 * 2 * 5, 2 * 2 * 5]  # prompts x K x the limit: EOS waits for the limit

@@ -185,11 +185,11 @@ def estimate_cpu_s(spec: RunSpec, recorded: list[tuple[dict[str, Any], float]]) 
     if (spec.algo, here) in mean:
         return mean[spec.algo, here]
     moved = []
-    for (algo, setting), cost in mean.items():
-        ratios = [mean[other, here] / mean[other, setting] for other, there in mean
+    for setting in [setting for algo, setting in mean if algo == spec.algo]:
+        ratios = [mean[other, here] / mean[other, there] for other, there in mean
                   if there == setting and other != spec.algo and (other, here) in mean]
-        if algo == spec.algo and ratios:
-            moved.append(cost * sum(ratios) / len(ratios))
+        if ratios:
+            moved.append(mean[spec.algo, setting] * sum(ratios) / len(ratios))
     if moved:
         return sum(moved) / len(moved)
     at_here = [cpu_s for (_, setting), values in costs.items() if setting == here for cpu_s in values]

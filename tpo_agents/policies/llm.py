@@ -176,18 +176,23 @@ def shared_prompt_logits(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tens
     prompts' forward through the gathered cache.
     """
     keyword = _cache_keyword(model)
-    prompt_positions = (prompt_mask.cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions,
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=mask_positions(prompt_mask),
                 logits_to_keep=1, use_cache=True)
     head = out.logits[inverse]
     if inputs.shape[1] == 0:
         return head
     cache = getattr(out, keyword)
     cache.batch_select_indices(inverse)
-    positions = (mask.cumsum(1) - 1).clamp(min=0)[:, prompt_ids.shape[1]:]
+    positions = mask_positions(mask)[:, prompt_ids.shape[1]:]
     tail = model(input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
                  **{keyword: cache}).logits
     return torch.cat([head, tail], 1)
+
+
+def mask_positions(mask: Tensor) -> Tensor:
+    """Position ids of rows with attention mask ``mask`` (left padding): ``cumsum(mask) - 1``, 0 on the
+    padding, so that left padding does not shift them (as in ``generate``)."""
+    return (mask.cumsum(1) - 1).clamp(min=0)
 
 
 def _cache_keyword(model: nn.Module) -> str:
@@ -542,7 +547,7 @@ class LLMPolicy(BasePolicy):
                 logits = model(
                     input_ids=torch.cat([prompt_ids[inverse], targets[:, :-1]], 1),
                     attention_mask=mask,
-                    position_ids=(mask.cumsum(1) - 1).clamp(min=0),
+                    position_ids=mask_positions(mask),
                     logits_to_keep=used,
                     use_cache=False,
                 ).logits

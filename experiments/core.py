@@ -157,6 +157,15 @@ def seed_path(out: str | os.PathLike[str], experiment: str, variant: str, algo: 
     return Path(out) / experiment / variant / algo / f"seed_{seed}.npz"
 
 
+def checkpoint_path(seed_file: str | os.PathLike[str], n_seeds: int = 1) -> Path:
+    """Where the job whose first seed file is ``seed_file`` keeps its checkpoint
+    (``experiments.checkpoints``): ``seed_<k>.checkpoint.pt``, or ``seed_<k>..<k + S - 1>.checkpoint.pt``
+    for a job of S seeds, in the same folder (not committed)."""
+    path = Path(seed_file)
+    stem = path.stem if n_seeds == 1 else f"{path.stem}..{int(path.stem.split('_')[-1]) + n_seeds - 1}"
+    return path.with_name(f"{stem}.checkpoint.pt")
+
+
 def kept(arrays: dict[str, np.ndarray], curves: tuple[str, ...] | None) -> dict[str, np.ndarray]:
     """The arrays named by ``curves`` (a key, or a prefix ending in ``/`` or ``_``); all for None."""
     if curves is None:

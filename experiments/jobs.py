@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from experiments.core import RunSpec, kept, save_seed
+from experiments.core import RunSpec, checkpoint_path, kept, save_seed
 
 TRAIN_DIAGNOSTICS = ("update/train/", "update/all_fail")
 """Curves that need each seed's own ``train/`` values (a population's logger holds only their means)."""
@@ -38,7 +38,9 @@ class Task:
     ``per_seed``: the experiment's figure reads per-seed ``train/`` diagnostics (``TRAIN_DIAGNOSTICS``),
     so the seed trains alone. ``curves``: the curves its file keeps (``Experiment.curves``; None: all).
     ``device``: the PyTorch device it trains on (not part of the run's identity: a seed finished on one
-    device is not rerun on another).
+    device is not rerun on another). ``checkpoint_every_s``: the job's state is saved after an update once
+    this many seconds have passed since the last save (:mod:`experiments.checkpoints`), and a job started
+    again resumes from it; None: no checkpoints (the job of this task's first seed decides).
     """
 
     experiment: str
@@ -49,6 +51,7 @@ class Task:
     per_seed: bool = False
     curves: tuple[str, ...] | None = None
     device: str = "cpu"
+    checkpoint_every_s: float | None = None
 
 
 Job = tuple[Task, ...]
@@ -108,20 +111,22 @@ class ProgressLines:
     """A job's progress for whoever watches a long run: ``<label>: update k/N, t s, about r s left`` as k
     passes each tenth of its N updates (10%, ..., 90%; every update but the last for N < 10) once the job
     has run ``after_s`` seconds, so a short job prints nothing; to ``stream`` (default stderr);
-    r = t (N − k) / k."""
+    r = t (N − k) / (k − k0), t the seconds since the updates stood at k0 = ``first`` (a resumed job's)."""
 
     def __init__(self, label: str, n_updates: int, after_s: float = PROGRESS_AFTER_S,
-                 stream: TextIO | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.label, self.n_updates, self.after_s = label, n_updates, after_s
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.perf_counter,
+                 first: int = 0) -> None:
+        self.label, self.n_updates, self.after_s, self.first = label, n_updates, after_s, first
         self.stream, self.clock = stream, clock
         self.start = clock()
 
     def __call__(self, done: int) -> None:
         elapsed = self.clock() - self.start
         tenth = 10 * done // self.n_updates
-        if elapsed < self.after_s or done >= self.n_updates or tenth == 10 * (done - 1) // self.n_updates:
+        if (elapsed < self.after_s or done >= self.n_updates or done <= self.first
+                or tenth == 10 * (done - 1) // self.n_updates):
             return
-        left = elapsed * (self.n_updates - done) / done
+        left = elapsed * (self.n_updates - done) / (done - self.first)
         print(f"{self.label}: update {done}/{self.n_updates}, {elapsed:,.0f} s, about {left:,.0f} s left",
               file=self.stream or sys.stderr, flush=True)
 
@@ -152,9 +157,14 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     the job's cost whatever else shares the machine, or however long the job was suspended); ``code`` is
     the code commit to record (default: this checkout's, :func:`tpo_agents.provenance.code_version`). The
     curves are those the experiment's report reads (``Task.curves``).
+
+    With ``Task.checkpoint_every_s`` the job saves its state as it trains and, where a checkpoint of the
+    same run is there, resumes from it (:mod:`experiments.checkpoints`); the times then add up the
+    processes' and the meta's ``resumed_at`` lists the updates done at each resume.
     """
     import torch
 
+    from experiments.checkpoints import Checkpointer, load_checkpoint
     from experiments.recorders import RECORDERS
     from tpo_agents.allocator import keep_freed_memory
     from tpo_agents.provenance import code_version, cpu_description
@@ -168,16 +178,37 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
     warnings.filterwarnings("ignore", category=UserWarning)
     code = code or code_version()
     start, cpu_start = time.perf_counter(), time.process_time()
-    model = build_model(spec, first.seed, len(job), first.device)
-    recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
-    # a fast collector computes train/ diagnostics and rollout/ values only for a callback that asks
-    recorder.wants_train_diagnostics = needs_train_diagnostics(first.curves)
-    recorder.wants_rollout_metrics = recorder.wants_rollout_metrics and needs_rollout_metrics(first.curves)
-    recorder.progress = ProgressLines(describe(job), spec.n_updates, PROGRESS_AFTER_S)
-    model.learn(n_iterations=spec.n_updates, callback=recorder, log_interval=0)
+    checkpoint = checkpoint_path(first.path, len(job))
+    identity = {"fingerprint": spec.fingerprint(), "seeds": [t.seed for t in job], "code": code,
+                "device": first.device}
+    resumed = load_checkpoint(checkpoint, identity) if first.checkpoint_every_s is not None else None
+    if resumed is None:
+        model = build_model(spec, first.seed, len(job), first.device)
+        recorder = RECORDERS[spec.recorder](**spec.recorder_kwargs)
+        # a fast collector computes train/ diagnostics and rollout/ values only for a callback that asks
+        recorder.wants_train_diagnostics = needs_train_diagnostics(first.curves)
+        recorder.wants_rollout_metrics = (recorder.wants_rollout_metrics
+                                          and needs_rollout_metrics(first.curves))
+        wall_before, cpu_before, resumed_at = 0.0, 0.0, []
+    else:
+        model, recorder = resumed["model"], resumed["recorder"]
+        wall_before, cpu_before = resumed["wall_s"], resumed["cpu_s"]
+        resumed_at = [*resumed["resumed_at"], recorder.updates_done]
+    done = recorder.updates_done
+    recorder.progress = ProgressLines(describe(job), spec.n_updates, PROGRESS_AFTER_S, first=done)
+    callbacks = [recorder]
+    if first.checkpoint_every_s is not None:
+        def state() -> dict[str, Any]:
+            return {"identity": identity, "model": model, "recorder": recorder, "resumed_at": resumed_at,
+                    "wall_s": wall_before + time.perf_counter() - start,
+                    "cpu_s": cpu_before + time.process_time() - cpu_start}
+        callbacks.append(Checkpointer(checkpoint, first.checkpoint_every_s, state))
+    model.learn(n_iterations=spec.n_updates - done, callback=callbacks, log_interval=0,
+                reset_num_timesteps=resumed is None)
     if recorder.updates_done != spec.n_updates:
         raise RuntimeError(f"{describe(job)}: ran {recorder.updates_done} updates, expected {spec.n_updates}")
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    wall = wall_before + time.perf_counter() - start
+    cpu = cpu_before + time.process_time() - cpu_start
     results, curves = [], recorder.member_arrays()
     for member, task in enumerate(job):
         meta = {"experiment": task.experiment, "variant": task.variant, "seed": task.seed,
@@ -185,14 +216,19 @@ def train_job(job: Job, code: str | None = None) -> tuple[list[SeedResult], floa
                 "n_seeds": len(job), "batch_wall_s": wall, "cpu_s": cpu / len(job), "batch_cpu_s": cpu,
                 "host": platform.node(), "cpu": cpu_description(), "device": first.device,
                 "torch": str(torch.__version__), "python": platform.python_version(), "code": code}
+        if resumed_at:
+            meta["resumed_at"] = resumed_at
         results.append((task.path, kept(curves[member], task.curves), meta))
     return results, wall
 
 
 def write_results(results: list[SeedResult]) -> list[str]:
-    """Write each trained seed's file atomically (:func:`experiments.core.save_seed`); returns the paths."""
+    """Write each trained seed's file atomically (:func:`experiments.core.save_seed`), then delete the job's
+    checkpoint (:func:`experiments.core.checkpoint_path`); returns the paths."""
     for path, arrays, meta in results:
         save_seed(Path(path), arrays, meta)
+    if results:
+        checkpoint_path(results[0][0], len(results)).unlink(missing_ok=True)
     return [path for path, _, _ in results]
 
 

@@ -4,7 +4,10 @@ Every recorder keeps one row per update and only records: the runner stops train
 number of updates (``learn(n_iterations=...)``). ``_on_rollout_end`` fires after the batch is collected
 and its ``rollout/`` metrics are recorded, before the update (``before_update``); the next
 ``_on_rollout_start`` or ``_on_training_end`` fires after the update (``after_update``), when the
-``train/`` diagnostics of that update are in ``model.logger.name_to_value``.
+``train/`` diagnostics of that update are in ``model.logger.name_to_value``, and with them what the mode
+logs of the batch once it is trained on (:data:`UPDATE_ROLLOUT_KEYS`). The recorder then takes the
+update's values off the logger (the runner never dumps it), so that a row holds its own update's values
+only: a key that an update does not log (a batch without signal that is not trained on) is NaN there.
 
 A model of S members (``n_seeds=S``: S seeds trained together as one population) gets one row per
 update and member, member m's as the run with seed ``seed + m`` records it: ``arrays(member=m)`` gives
@@ -40,8 +43,10 @@ from experiments.metrics import mechanism
 from tpo_agents.layout import softmax_last
 
 ROLLOUT_KEYS = ("rollout/success_rate", "rollout/ep_rew_mean", "rollout/mean_score", "rollout/format_rate",
-                "rollout/completion_length", "rollout/effective_group_size", "rollout/logscore_spread",
-                "time/generation_tokens_per_s")
+                "rollout/completion_length", "time/generation_tokens_per_s")
+UPDATE_ROLLOUT_KEYS = ("rollout/effective_group_size", "rollout/logscore_spread", "time/train_tokens_per_s")
+"""The batch's values that a mode logs after its update (``CollectionMode.log_update``, the text modes'
+group softmax at pi_old; the update's speed), recorded with the ``train/`` diagnostics."""
 MECHANISM_ALGOS = ("pg", "dg", "tpo", "grpo", "group_pg")
 EVAL_ROWS = 2**16
 """Member x image rows of one forward pass of the MNIST test-set evaluation (bounds its memory)."""
@@ -104,6 +109,11 @@ class CurveRecorder(BaseCallback):
         self._row: Row | None = None  # the row of the batch whose update is running
         self._done = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a job's checkpoint, :mod:`experiments.checkpoints`) without the learn loop's locals and
+        globals, which the next ``learn`` sets again."""
+        return {**self.__dict__, "locals": {}, "globals": {}}
+
     @property
     def n_seeds(self) -> int:
         """S, the seeds the model trains together (1 for a single run)."""
@@ -151,11 +161,14 @@ class CurveRecorder(BaseCallback):
             return
         row, self._row = self._row, None
         self._done += 1
-        values = self.model.logger.name_to_value
+        logger = self.model.logger
+        values = logger.name_to_value
         if self.n_seeds == 1:  # with several members the logger holds only their means
             row.update({key: np.array([float(value)]) for key, value in values.items()
                         if (key.startswith("train/") and key != "train/n_updates")
-                        or key == "time/train_tokens_per_s"})
+                        or key in UPDATE_ROLLOUT_KEYS})
+        for taken in (values, logger.name_to_count, logger.name_to_excluded):
+            taken.clear()
         if "train/all_fail_frac" in row:
             row["all_fail"] = row["train/all_fail_frac"]
         elif "rollout/success_rate" in row and "train/all_fail_frac" not in values:
@@ -347,10 +360,11 @@ RECORDERS: dict[str, type[CurveRecorder]] = {
 
 
 class PolicyEvalRecorder(CurveRecorder):
-    """Curves plus evaluations of a single run's policy before the first update and after every
-    ``eval_every`` updates (a subclass sets ``eval_every`` and ``seed`` and defines :meth:`evaluate`), each
-    in evaluation mode with torch's RNG seeded with ``seed`` and restored afterwards
-    (:meth:`seeded_evaluation`), so evaluating changes neither the training run's samples nor its tasks."""
+    """Curves plus evaluations of a single run's policy before the first update (at the start of the first
+    ``learn`` that finds no evaluation recorded) and after every ``eval_every`` updates (a subclass sets
+    ``eval_every`` and ``seed`` and defines :meth:`evaluate`), each in evaluation mode with torch's RNG
+    seeded with ``seed`` and restored afterwards (:meth:`seeded_evaluation`), so evaluating changes
+    neither the training run's samples nor its tasks."""
 
     eval_every: int
     seed: int
@@ -359,7 +373,8 @@ class PolicyEvalRecorder(CurveRecorder):
         if self.n_seeds != 1:
             raise ValueError(f"{type(self).__name__} records single runs, got a model of {self.n_seeds} "
                              "members")
-        self.evaluate()
+        if not self.evals:  # a job resumed from a checkpoint has evaluated before its first update
+            self.evaluate()
 
     def after_update(self, row: Row) -> None:
         if self.updates_done % self.eval_every == 0:

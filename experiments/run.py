@@ -2,7 +2,7 @@
 
 ``python -m experiments.run <experiment> [--smoke] [--n-seeds N] [--n-jobs J] [--members-per-process N]
 [--episodes N] [--algorithms a,b] [--variants v,w] [--out results/paper] [--launcher processes|ray]
-[--address A] [--retries R]``.
+[--address A] [--retries R] [--checkpoint-every MINUTES]``.
 
 Per-seed curves go to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` (default out
 ``results/paper``, the committed results behind docs/results.md); a seed already finished with the same
@@ -16,7 +16,11 @@ model (``experiments.runner``: where the policy has populations and the experime
 per seed and CPU-hours in all (``experiments.runner.estimate_cpu_s``: from the ``cpu_s`` that the seed
 files under ``--out`` record for the same env, updates and work settings). ``--launcher ray`` sends each
 job to a Ray cluster (``--address``, default a new local one; ``experiments.ray_launcher``), retrying a
-failed or lost job ``--retries`` times; the files are written here either way.
+failed or lost job ``--retries`` times; the files are written here either way. With the processes
+launcher a job saves its whole state every ``--checkpoint-every`` minutes (default 15; 0: never) beside
+its first seed file (``seed_<k>.checkpoint.pt``), and the same command run again resumes a stopped job
+from there, as if it had never stopped (``experiments.checkpoints``); the checkpoint goes once the seed
+files are written.
 """
 
 from __future__ import annotations
@@ -87,7 +91,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                           "cluster); --launcher ray only")
     parser.add_argument("--retries", type=int, help="runs of a failed or lost Ray job after its first "
                                                     "(default 3); --launcher ray only")
+    parser.add_argument("--checkpoint-every", type=_minutes, metavar="MINUTES",
+                        help=f"save a job's state this often and resume a stopped job from it (default "
+                             f"{CHECKPOINT_EVERY_MIN:g}; 0: never); --launcher processes only")
     return parser.parse_args(argv)
+
+
+CHECKPOINT_EVERY_MIN = 15.0
+"""Minutes between a job's checkpoints by default (the processes launcher)."""
+
+
+def _minutes(text: str) -> float:
+    """A number of minutes >= 0 (argparse type)."""
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of minutes >= 0, got {text}")
+    return value
+
+
+def checkpoint_every_s(launcher: str, minutes: float | None) -> float | None:
+    """Seconds between a job's checkpoints (None: none): ``minutes`` (default :data:`CHECKPOINT_EVERY_MIN`)
+    with the processes launcher; none with Ray, whose jobs run on other machines' disks (a
+    ``ValueError`` where minutes > 0 are asked for)."""
+    if launcher != "processes":
+        if minutes:
+            raise ValueError(f"--checkpoint-every {minutes:g}: --launcher {launcher} keeps no checkpoints (a "
+                             "lost job reruns from its start); use --launcher processes, or leave it out")
+        return None
+    minutes = CHECKPOINT_EVERY_MIN if minutes is None else minutes
+    return minutes * 60 if minutes > 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     try:
         check_device(args.device)
+        every_s = checkpoint_every_s(args.launcher, args.checkpoint_every)
         launcher = make_launcher(args.launcher, args.n_jobs, args.address, args.retries)
     except (ValueError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -106,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         experiment = get_experiment(name)
         try:
             tasks = plan(experiment, out, args.smoke, args.n_seeds, args.episodes,
-                         _list(args.algorithms), _list(args.variants), args.device)
+                         _list(args.algorithms), _list(args.variants), args.device, every_s)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -43,9 +43,11 @@ MEMBERS_PER_PROCESS = 100
 
 def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: int | None = None,
          updates: int | None = None, algorithms: Iterable[str] | None = None,
-         variants: Iterable[str] | None = None, device: str = "cpu") -> list[Task]:
+         variants: Iterable[str] | None = None, device: str = "cpu",
+         checkpoint_every_s: float | None = None) -> list[Task]:
     """Every seed of every run of ``experiment`` (seed-major, so partial results cover every method),
-    to train on ``device``: seeds ``0 .. n_seeds - 1``, by default each variant's full number
+    to train on ``device``, saving a job's state every ``checkpoint_every_s`` seconds (None: never;
+    :mod:`experiments.checkpoints`): seeds ``0 .. n_seeds - 1``, by default each variant's full number
     (``Experiment.seeds_of``, per method; the smoke size's at ``smoke``). A run that another experiment's
     cell holds with the same settings (:func:`~experiments.definitions.borrowed_cells`) is that
     experiment's task, its seed file in that experiment's folder."""
@@ -69,7 +71,8 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
                     owner, cell = borrowed.get((variant, algo), (experiment.name, variant))
                     definition = get_experiment(owner)
                     tasks.append(Task(owner, cell, seed, spec, str(seed_path(out, owner, cell, algo, seed)),
-                                      reads_train_diagnostics(definition), definition.curves, device))
+                                      reads_train_diagnostics(definition), definition.curves, device,
+                                      checkpoint_every_s))
     return tasks
 
 

@@ -369,6 +369,30 @@ def test_recorders_record_and_never_stop_training():
     assert recorder.updates_done == 5 and recorder.arrays()["update/error"].shape == (5,)
 
 
+def test_a_row_holds_its_own_update_s_values_only():
+    """What a mode logs after its update (the group softmax's effective size) lands in that update's row,
+    not the next; a batch left untrained (no ``train/`` values logged) gets NaN, not the last update's."""
+    from types import SimpleNamespace
+
+    from stable_baselines3.common.logger import Logger
+
+    logger = Logger(None, [])
+    recorder = CurveRecorder()
+    recorder.model = SimpleNamespace(logger=logger, n_seeds=1, member_rollout={})
+    for error, trained in ((0.75, True), (0.5, False)):
+        logger.record("rollout/task_error", error)
+        recorder.on_rollout_end()
+        if trained:
+            logger.record("train/loss", 2.0)
+            logger.record("rollout/effective_group_size", 3.0)
+        recorder.on_rollout_start()
+    arrays = recorder.arrays()
+    assert arrays["update/error"].tolist() == [0.75, 0.5]
+    assert arrays["update/train/loss"][0] == 2.0 and np.isnan(arrays["update/train/loss"][1])
+    assert arrays["update/rollout/effective_group_size"][0] == 3.0
+    assert np.isnan(arrays["update/rollout/effective_group_size"][1]) and not logger.name_to_value
+
+
 def test_curve_buffer_grows_past_its_capacity_and_fills_missing_keys_with_nan(monkeypatch):
     monkeypatch.setattr(CurveBuffer, "INITIAL_ROWS", 2)
     buffer, rows = CurveBuffer(), []

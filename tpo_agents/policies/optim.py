@@ -56,6 +56,14 @@ class EagerOptimizer(Optimizer):
     state_dict = _without_compile_guard(Optimizer.state_dict)
     load_state_dict = _without_compile_guard(Optimizer.load_state_dict)
 
+    n_seeds: int = 1
+    """The members S that the parameters hold on their leading axis (a population)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """torch's pickled state (defaults, state, parameter groups) and ``n_seeds``, so that an optimizer
+        pickled whole (a job's checkpoint, ``experiments.checkpoints``) steps its members as before."""
+        return {**super().__getstate__(), "n_seeds": self.n_seeds}
+
 
 class NormalizedStep(EagerOptimizer):
     """Normalized gradient step: ``p <- p - lr * grad / sqrt(sum(grad**2) + eps)``.

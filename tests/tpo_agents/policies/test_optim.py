@@ -212,6 +212,18 @@ def test_normalized_step_normalises_each_member_in_any_memory_layout() -> None:
                                rtol=1e-5, atol=1e-7)
 
 
+def test_an_optimizer_pickled_whole_keeps_its_members() -> None:
+    """torch pickles an optimizer's defaults, state and groups only; ours keep ``n_seeds`` too, so that an
+    unpickled population optimizer (a job's checkpoint) steps each member as before."""
+    import pickle
+
+    params = [torch.nn.Parameter(torch.ones(2, 3))]
+    for optimizer in (NormalizedStep(params, lr=0.5, n_seeds=2), MuonAdam(params, n_seeds=2),
+                      NormalizedStep(params)):
+        again = pickle.loads(pickle.dumps(optimizer))
+        assert again.n_seeds == optimizer.n_seeds and again.defaults["lr"] == optimizer.defaults["lr"]
+
+
 @pytest.mark.slow
 def test_a_tabular_run_never_imports_the_compiler() -> None:
     """Our optimizers skip torch's compile guards, whose first call imports torch._dynamo (~2 s a process)."""

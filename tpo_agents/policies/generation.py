@@ -2,8 +2,10 @@
 
 A backend turns left-padded prompt ids ``[P, Lp]`` into ``n`` completions per prompt, returned as
 right-padded ids ``[P*n, Lc]`` and their lengths ``[P*n]`` (rows ``i*n .. i*n+n-1`` belong to prompt
-``i``). A completion's length counts every token up to and including the first EOS, or up to the token
-that completes the stop string; the policy turns ids and lengths into :class:`Completions`.
+``i``), or, given :class:`Continuations`, ``n`` completions of each row ``prompt[owner[r]] + ids[r]`` (a
+multi-turn conversation after its task's prompt). A completion's length counts every token up to and
+including the first EOS, or up to the token that completes the stop string; the policy turns ids and
+lengths into :class:`Completions`.
 
 transformers, peft and vllm are imported inside the functions that need them, so that importing
 :mod:`tpo_agents.policies` stays cheap and works without the ``llm`` extra.
@@ -11,6 +13,7 @@ transformers, peft and vllm are imported inside the functions that need them, so
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -24,7 +27,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 __all__ = [
-    "CompletionStop", "Completions", "HFGenerator", "VLLMGenerator", "completion_lengths", "pad_rows",
+    "CompletionStop", "Completions", "Continuations", "HFGenerator", "VLLMGenerator", "completion_lengths",
+    "pad_rows",
 ]
 
 
@@ -66,6 +70,44 @@ class Completions:
         """``[P*n, Lc]`` the tokens every loss and log-score reads: :attr:`action_mask`, else
         :attr:`completion_mask`."""
         return self.completion_mask if self.action_mask is None else self.action_mask
+
+
+@dataclass
+class Continuations:
+    """Rows that continue shared prompts: row ``r`` is prompt ``owner[r]`` followed by the tokens of
+    ``ids[r]`` that ``mask[r]`` marks (``[R, L]``, any padding; a multi-turn conversation so far after its
+    task's prompt)."""
+
+    owner: Tensor
+    ids: Tensor
+    mask: Tensor
+
+    def rows(self, prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The whole rows ``[R, Lp + L]``, left-padded (:func:`right_align`)."""
+        return right_align(torch.cat([prompt_ids[self.owner], self.ids], 1),
+                           torch.cat([prompt_mask[self.owner], self.mask], 1))
+
+
+def right_align(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Rows ``ids [N, L]`` with their tokens (``mask`` 1) moved to the right end in order, the padding to
+    the left (a stable sort of each row by its mask): ``(ids, mask)`` left-padded."""
+    order = torch.argsort(mask, dim=1, stable=True)
+    return ids.gather(1, order), mask.gather(1, order)
+
+
+def mask_positions(mask: Tensor) -> Tensor:
+    """Position ids of rows with attention mask ``mask``: ``cumsum(mask) - 1``, 0 on the padding, so that
+    padding (left, or between a cached prompt and the rest of a row) does not shift them (as in
+    ``generate``)."""
+    return (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def cache_keyword(model: nn.Module) -> str:
+    """The name of a causal LM's key-value cache, as the keyword of ``forward`` and ``generate`` and as an
+    output field: ``cache`` from transformers 5.2x on (``past_key_values`` deprecated), ``past_key_values``
+    before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's own
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device,
@@ -157,12 +199,20 @@ class CompletionStop:
 class HFGenerator:
     """Batched sampling with ``model.generate`` (KV cache), the default backend.
 
-    The prompts are repeated ``n`` times (``repeat_interleave``) and decoded in ONE ``generate`` call:
-    ``do_sample = not greedy``, ``temperature``, ``top_p`` and ``top_k = 0`` (so that sampling at
-    temperature 1, top-p 1 draws from the model's own distribution; transformers' default top-k is 50),
-    ``max_new_tokens``, and :class:`CompletionStop` for ``stop`` (matched inside the completion only).
-    Sampling uses torch's global RNG. The model is put in eval mode for the call and restored after. The
-    generator reads the live model, so there is nothing to synchronise after an update.
+    The rows (the prompts, or the :class:`Continuations` of them) are repeated ``n`` times
+    (``repeat_interleave``) and decoded in ONE ``generate`` call: ``do_sample = not greedy``,
+    ``temperature``, ``top_p`` and ``top_k = 0`` (so that sampling at temperature 1, top-p 1 draws from the
+    model's own distribution; transformers' default top-k is 50), ``max_new_tokens``, and
+    :class:`CompletionStop` for ``stop`` (matched inside the completion only). Sampling uses torch's global
+    RNG. The model is put in eval mode for the call and restored after. The generator reads the live
+    model, so there is nothing to synchronise after an update.
+
+    A prompt that starts several rows is read once: its tokens but the last are forwarded once per
+    prompt and their key-value cache, gathered to the rows, is ``generate``'s cache, so that ``generate``
+    reads only each row's last prompt token and the rest of the row (the padding between them masked,
+    positions ``cumsum(mask) - 1``): what one left-padded row gives, up to float rounding, for a share of
+    the prompt's cost (K samples of a prompt, K conversations of a task at every turn). Rows that share
+    no prompt run as one left-padded batch.
     """
 
     def __init__(
@@ -185,34 +235,57 @@ class HFGenerator:
 
     @torch.no_grad()
     def generate(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool
+        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool,
+        continuations: Continuations | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """``(completion ids [P*n, Lc] right-padded, lengths [P*n])`` for left-padded prompts ``[P, Lp]``."""
-        kwargs: dict[str, Any] = {"do_sample": not greedy, "max_new_tokens": self.max_new_tokens}
-        if not greedy:
-            kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
-        if stop_strings(self.stop):  # not stop_strings: HF matches those across the prompt's tail too
-            from transformers import StoppingCriteriaList
-
-            criterion = CompletionStop(self.tokenizer, self.stop, prompt_ids.shape[1])
-            kwargs.update(stopping_criteria=StoppingCriteriaList([criterion]))
+        """``(completion ids [R*n, Lc] right-padded, lengths [R*n])`` for left-padded prompts ``[P, Lp]``
+        (R = P), or for their ``continuations`` (R rows)."""
+        if continuations is None:
+            continuations = Continuations(torch.arange(len(prompt_ids), device=prompt_ids.device),
+                                          prompt_ids[:, :0], prompt_mask[:, :0])
         was_training = self.model.training
         self.model.eval()
         try:
-            sequences = self.model.generate(
-                input_ids=prompt_ids.repeat_interleave(n, 0),
-                attention_mask=prompt_mask.repeat_interleave(n, 0),
-                eos_token_id=self.eos_ids,
-                pad_token_id=self.tokenizer.pad_token_id,
-                **kwargs,
-            )
+            ids, mask, cache = self._inputs(prompt_ids, prompt_mask, n, continuations)
+            kwargs: dict[str, Any] = {"do_sample": not greedy, "max_new_tokens": self.max_new_tokens, **cache}
+            if not greedy:
+                kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
+            if stop_strings(self.stop):  # not stop_strings: HF matches those across the prompt's tail too
+                from transformers import StoppingCriteriaList
+
+                criterion = CompletionStop(self.tokenizer, self.stop, ids.shape[1])
+                kwargs.update(stopping_criteria=StoppingCriteriaList([criterion]))
+            sequences = self.model.generate(input_ids=ids, attention_mask=mask, eos_token_id=self.eos_ids,
+                                            pad_token_id=self.tokenizer.pad_token_id, **kwargs)
         finally:
             self.model.train(was_training)
-        ids = sequences[:, prompt_ids.shape[1] :]
+        ids = sequences[:, ids.shape[1] :]
         lengths = completion_lengths(ids, self.eos_ids, self.stop, self.tokenizer)
         ids = ids[:, : int(lengths.max())]
         padding = torch.arange(ids.shape[1], device=ids.device) >= lengths[:, None]
         return ids.masked_fill(padding, self.tokenizer.pad_token_id), lengths
+
+    def _inputs(self, prompt_ids: Tensor, prompt_mask: Tensor, n: int,
+                continuations: Continuations) -> tuple[Tensor, Tensor, dict[str, Any]]:
+        """``generate``'s rows ``[R*n, W]``, their mask, and its cache keyword: where a prompt starts several
+        rows, the used prompts but their last token forwarded once, the cache gathered to the rows, each
+        row that head then its last prompt token and continuation (left-padded); else the whole rows,
+        left-padded, and no cache."""
+        owner = continuations.owner.repeat_interleave(n)
+        used, inverse = torch.unique(owner, return_inverse=True)
+        if len(used) == len(owner) or prompt_ids.shape[1] == 1:
+            ids, mask = continuations.rows(prompt_ids, prompt_mask)
+            return ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), {}
+        head_ids, head_mask = prompt_ids[used, :-1], prompt_mask[used, :-1]
+        keyword = cache_keyword(self.model)
+        cache = getattr(self.model(input_ids=head_ids, attention_mask=head_mask, use_cache=True,
+                                   position_ids=mask_positions(head_mask), logits_to_keep=1), keyword)
+        cache.batch_select_indices(inverse)
+        tail_ids, tail_mask = right_align(
+            torch.cat([prompt_ids[owner, -1:], continuations.ids.repeat_interleave(n, 0)], 1),
+            torch.cat([prompt_mask[owner, -1:], continuations.mask.repeat_interleave(n, 0)], 1))
+        ids = torch.cat([head_ids[inverse], tail_ids], 1)
+        return ids, torch.cat([head_mask[inverse], tail_mask], 1), {keyword: cache}
 
     def sync_weights(self) -> None:
         """Nothing to do: ``generate`` runs on the trained model itself."""
@@ -281,10 +354,15 @@ class VLLMGenerator:
 
     @torch.no_grad()
     def generate(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool
+        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool,
+        continuations: Continuations | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """``(completion ids [P*n, Lc] right-padded, lengths [P*n])`` for left-padded prompts ``[P, Lp]``."""
+        """``(completion ids [R*n, Lc] right-padded, lengths [R*n])`` for left-padded prompts ``[P, Lp]``
+        (R = P), or for their ``continuations`` (R rows; the engine's prefix cache shares the prompts)."""
         from vllm import SamplingParams
+
+        if continuations is not None:
+            prompt_ids, prompt_mask = continuations.rows(prompt_ids, prompt_mask)
 
         params = SamplingParams(
             n=n,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import glob
 import importlib.util
-import inspect
 import os
 import shutil
 import tempfile
@@ -32,7 +31,16 @@ from torch import Tensor, nn
 
 from tpo_agents.losses import sequence_logscores
 
-from .generation import Completions, HFGenerator, VLLMGenerator, has_stop, stop_strings
+from .generation import (
+    Completions,
+    Continuations,
+    HFGenerator,
+    VLLMGenerator,
+    cache_keyword,
+    has_stop,
+    mask_positions,
+    stop_strings,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -175,7 +183,7 @@ def shared_prompt_logits(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tens
     (up to float rounding) for a prompt's share of the cost when K rows share it. Gradients reach the
     prompts' forward through the gathered cache.
     """
-    keyword = _cache_keyword(model)
+    keyword = cache_keyword(model)
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=mask_positions(prompt_mask),
                 logits_to_keep=1, use_cache=True)
     head = out.logits[inverse]
@@ -187,19 +195,6 @@ def shared_prompt_logits(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tens
     tail = model(input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
                  **{keyword: cache}).logits
     return torch.cat([head, tail], 1)
-
-
-def mask_positions(mask: Tensor) -> Tensor:
-    """Position ids of rows with attention mask ``mask`` (left padding): ``cumsum(mask) - 1``, 0 on the
-    padding, so that left padding does not shift them (as in ``generate``)."""
-    return (mask.cumsum(1) - 1).clamp(min=0)
-
-
-def _cache_keyword(model: nn.Module) -> str:
-    """The name of a causal LM's key-value cache, as forward's keyword and output field: ``cache`` from
-    transformers 5.2x on (``past_key_values`` deprecated), ``past_key_values`` before."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's own
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def format_prompt(
@@ -450,14 +445,18 @@ class LLMPolicy(BasePolicy):
 
     @torch.no_grad()
     def generate_from(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool = False, turn: int = 0
+        self, prompt_ids: Tensor, prompt_mask: Tensor, n: int, greedy: bool = False, turn: int = 0,
+        continuations: Continuations | None = None,
     ) -> Completions:
-        """:meth:`generate` from token contexts, ``prompt_ids [P, Lp]`` left-padded (``prompt_mask``), e.g. a
-        conversation so far (a multi-turn episode's next turn, ``turn``: the texts start with its
-        prefill); the completion mask is each row's length (``mask_truncated_completions`` is applied by
-        :meth:`generate`)."""
+        """:meth:`generate` from token contexts, ``prompt_ids [P, Lp]`` left-padded (``prompt_mask``), or
+        from their ``continuations`` (each row a prompt then more tokens: a multi-turn episode's
+        conversation so far before its next turn, ``turn``, whose texts start with its prefill; the
+        completions' prompts are then the whole rows, left-padded); the completion mask is each row's
+        length (``mask_truncated_completions`` is applied by :meth:`generate`)."""
         start = time.perf_counter()
-        completion_ids, lengths = self.generator.generate(prompt_ids, prompt_mask, n, greedy)
+        completion_ids, lengths = self.generator.generate(prompt_ids, prompt_mask, n, greedy, continuations)
+        if continuations is not None:
+            prompt_ids, prompt_mask = continuations.rows(prompt_ids, prompt_mask)
         completion_mask = (
             torch.arange(completion_ids.shape[1], device=lengths.device) < lengths[:, None]
         ).long()

@@ -17,7 +17,13 @@ import torch
 from gymnasium import spaces
 
 from tpo_agents.policies import LLMPolicy
-from tpo_agents.policies.generation import Completions, CompletionStop, completion_lengths
+from tpo_agents.policies.generation import (
+    Completions,
+    CompletionStop,
+    Continuations,
+    completion_lengths,
+    right_align,
+)
 from tpo_agents.policies.llm import shared_prompt_logits
 
 pytest.importorskip("transformers")
@@ -416,6 +422,58 @@ def test_one_bos_in_our_loop_with_a_template_that_writes_it(tiny_llm_dir, tmp_pa
     policy = make_policy(str(folder))
     ids, mask = policy.encode_prompts(["hi"])
     assert ids[0][mask[0].bool()].tolist().count(policy.tokenizer.bos_token_id) == 1
+
+
+def test_right_align_moves_each_row_s_tokens_right_in_order() -> None:
+    ids = torch.tensor([[7, 0, 8, 0], [0, 0, 5, 6], [1, 2, 3, 4]])
+    mask = torch.tensor([[1, 0, 1, 0], [0, 0, 1, 1], [1, 1, 1, 1]])
+    aligned, aligned_mask = right_align(ids, mask)
+    assert aligned_mask.tolist() == [[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1]]
+    assert aligned[aligned_mask.bool()].tolist() == [7, 8, 5, 6, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_rows_of_one_prompt_read_it_once_and_generate_as_whole_rows(tiny_llm_dir: str, lora_rank: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """HFGenerator: n samples of a prompt, and continuations of shared prompts (conversations of unequal
+    lengths, one still empty), generated from the prompts' cache (read once per prompt) sample and decode
+    as the whole rows do, each its own prompt (no cache), under the same RNG."""
+    policy = make_policy(tiny_llm_dir, lora_rank=lora_rank, max_new_tokens=8)
+    generator, caches = policy.generator, []
+    generate = generator.model.generate
+
+    def spy(**kwargs: Any) -> Any:
+        caches.append(any(key in kwargs for key in ("cache", "past_key_values")))
+        return generate(**kwargs)
+
+    monkeypatch.setattr(generator.model, "generate", spy)
+    policy.set_training_mode(True)
+    ids, mask = policy.encode_prompts(PROMPTS)
+    owner = torch.tensor([2, 0, 0, 1, 2])
+    tokens = [[5, 6, 7], [], [9], [10, 11], [12, 13, 14, 15]]
+    rest = torch.zeros(5, 4, dtype=torch.long)
+    rest_mask = torch.zeros(5, 4, dtype=torch.long)
+    for row, row_tokens in enumerate(tokens):
+        rest[row, 4 - len(row_tokens):] = torch.tensor(row_tokens, dtype=torch.long)
+        rest_mask[row, 4 - len(row_tokens):] = 1
+    continuations = Continuations(owner, rest, rest_mask)
+    rows, rows_mask = continuations.rows(ids, mask)
+    assert [rows[r][rows_mask[r].bool()].tolist() for r in range(5)] == [
+        ids[o][mask[o].bool()].tolist() + t for o, t in zip(owner.tolist(), tokens, strict=True)]
+    def each_its_own(ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        return ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), 1
+
+    for greedy in (True, False):
+        cases = (((ids, mask, 3, greedy), (*each_its_own(ids, mask, 3), greedy)),
+                 ((ids, mask, 2, greedy, continuations), (*each_its_own(rows, rows_mask, 2), greedy)))
+        for shared, whole in cases:
+            torch.manual_seed(1)
+            first = generator.generate(*shared)
+            torch.manual_seed(1)
+            second = generator.generate(*whole)
+            assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert caches == [True, False] * 4  # rows that are each their own prompt: no cache
+    assert policy.model.training  # the generator restores the training mode
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from experiments.core import RESULTS, SMOKE_RESULTS, check_device
+from experiments.core import RESULTS, SMOKE_RESULTS, check_device, checkpoint_path
 from experiments.definitions import EXPERIMENTS, get_experiment
 from experiments.launchers import LAUNCHERS, make_launcher
 from experiments.runner import (
@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_jobs(tasks: list[Task], members_per_process: int, n_jobs: int, out: str) -> None:
     """The jobs that would run the unfinished ``tasks`` in ``n_jobs`` processes, one line each, with their
-    estimated one-thread CPU-hours from the seeds recorded under ``out`` (:func:`estimate_cpu_s`)."""
+    estimated one-thread CPU-hours from the seeds recorded under ``out`` (:func:`estimate_cpu_s`) and the
+    checkpoint a job would resume from."""
     todo = unfinished(tasks)
     jobs = plan_jobs(todo, members_per_process, n_jobs=n_jobs)
     print(f"  {len(tasks) - len(todo)} seeds finished; {len(todo)} to run as {len(jobs)} job(s), "
@@ -172,8 +173,10 @@ def _print_jobs(tasks: list[Task], members_per_process: int, n_jobs: int, out: s
         else:
             hours += len(job) * per_seed / 3600
         cost = "CPU s per seed: no estimate" if per_seed is None else f"CPU s per seed: ~{per_seed:.0f}"
+        checkpoint = checkpoint_path(job[0].path, len(job))
+        resumes = f"  (resumes from {checkpoint.name} if it is of this run)" if checkpoint.exists() else ""
         print(f"  {describe(job)}  {spec.algo} {spec.env_id} {spec.env_kwargs} {spec.kwargs} "
-              f"updates={spec.n_updates}  {cost}")
+              f"updates={spec.n_updates}  {cost}{resumes}")
     if jobs:
         print(f"  estimated: {hours:.1f} one-thread CPU-hours for {len(todo) - unknown} seed(s), {unknown} "
               f"without an estimate (per seed: the mean cpu_s under {out} of the same method, env, updates "

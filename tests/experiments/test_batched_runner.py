@@ -134,7 +134,14 @@ def test_dry_run_shows_how_seeds_are_batched(tmp_path, capsys):
                  "--members-per-process", "2", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "seed_0..1.npz (2 seeds, one model)" in text and "tpo/seed_2.npz" in text
-    assert not list(tmp_path.iterdir())
+    assert "resumes from" not in text and not list(tmp_path.iterdir())
+    folder = tmp_path / "tabular_single" / "K100" / "tpo"
+    folder.mkdir(parents=True)
+    (folder / "seed_0..1.checkpoint.pt").write_bytes(b"")
+    main(["tabular_single", "--smoke", "--n-seeds", "3", "--algorithms", "tpo", "--dry-run",
+          "--members-per-process", "2", "--out", str(tmp_path)])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "resumes from" in line]
+    assert len(lines) == 1 and "seed_0..1.npz" in lines[0] and "seed_0..1.checkpoint.pt" in lines[0]
 
 
 @pytest.mark.slow

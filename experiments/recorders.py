@@ -167,12 +167,12 @@ class CurveRecorder(BaseCallback):
             row.update({key: np.array([float(value)]) for key, value in values.items()
                         if (key.startswith("train/") and key != "train/n_updates")
                         or key in UPDATE_ROLLOUT_KEYS})
-        for taken in (values, logger.name_to_count, logger.name_to_excluded):
-            taken.clear()
         if "train/all_fail_frac" in row:
             row["all_fail"] = row["train/all_fail_frac"]
         elif "rollout/success_rate" in row and "train/all_fail_frac" not in values:
             row["all_fail"] = 1.0 - row["rollout/success_rate"]
+        for taken in (values, logger.name_to_count, logger.name_to_excluded):
+            taken.clear()
         self.after_update(row)
         self.curves.append(row, self.n_seeds)
         if self.progress is not None:

@@ -393,6 +393,26 @@ def test_a_row_holds_its_own_update_s_values_only():
     assert np.isnan(arrays["update/rollout/effective_group_size"][1]) and not logger.name_to_value
 
 
+def test_a_population_s_all_fail_is_left_out_where_its_update_logged_the_members_mean():
+    """With several members the logger holds only the members' mean all-fail fraction: the row gets no
+    ``all_fail`` then (not 1 - success), and one where the update logged none."""
+    from types import SimpleNamespace
+
+    from stable_baselines3.common.logger import Logger
+
+    logger = Logger(None, [])
+    recorder = CurveRecorder()
+    recorder.model = SimpleNamespace(logger=logger, n_seeds=2,
+                                     member_rollout={"task_error": [0.5, 0.25], "success_rate": [0.5, 0.75]})
+    for logged in (True, False):
+        recorder.on_rollout_end()
+        if logged:
+            logger.record("train/all_fail_frac", 0.4)
+        recorder.on_rollout_start()
+    all_fail = recorder.arrays(member=1)["update/all_fail"]
+    assert np.isnan(all_fail[0]) and all_fail[1] == 0.25
+
+
 def test_curve_buffer_grows_past_its_capacity_and_fills_missing_keys_with_nan(monkeypatch):
     monkeypatch.setattr(CurveBuffer, "INITIAL_ROWS", 2)
     buffer, rows = CurveBuffer(), []

@@ -110,6 +110,18 @@ def cache_keyword(model: nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
+def gathered_prompt_cache(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor,
+                          rows: Tensor) -> tuple[Tensor, Any]:
+    """One forward of the prompts ``[P, Lp]`` (left-padded, positions :func:`mask_positions`): the logits of
+    their last position ``[P, 1, V]`` and their key-value cache gathered to the rows (``rows[r]``: row r's
+    prompt), the context on which the rows' further tokens are forwarded or generated."""
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=mask_positions(prompt_mask),
+                logits_to_keep=1, use_cache=True)
+    cache = getattr(out, cache_keyword(model))
+    cache.batch_select_indices(rows)
+    return out.logits, cache
+
+
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device,
              left: bool = False) -> tuple[Tensor, Tensor]:
     """Right-pad (``left``: left-pad, as generation takes contexts) token lists into ``(ids [N, max len],
@@ -277,15 +289,12 @@ class HFGenerator:
             ids, mask = continuations.rows(prompt_ids, prompt_mask)
             return ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), {}
         head_ids, head_mask = prompt_ids[used, :-1], prompt_mask[used, :-1]
-        keyword = cache_keyword(self.model)
-        cache = getattr(self.model(input_ids=head_ids, attention_mask=head_mask, use_cache=True,
-                                   position_ids=mask_positions(head_mask), logits_to_keep=1), keyword)
-        cache.batch_select_indices(inverse)
+        _, cache = gathered_prompt_cache(self.model, head_ids, head_mask, inverse)
         tail_ids, tail_mask = right_align(
             torch.cat([prompt_ids[owner, -1:], continuations.ids.repeat_interleave(n, 0)], 1),
             torch.cat([prompt_mask[owner, -1:], continuations.mask.repeat_interleave(n, 0)], 1))
         ids = torch.cat([head_ids[inverse], tail_ids], 1)
-        return ids, torch.cat([head_mask[inverse], tail_mask], 1), {keyword: cache}
+        return ids, torch.cat([head_mask[inverse], tail_mask], 1), {cache_keyword(self.model): cache}
 
     def sync_weights(self) -> None:
         """Nothing to do: ``generate`` runs on the trained model itself."""

@@ -37,6 +37,7 @@ from .generation import (
     HFGenerator,
     VLLMGenerator,
     cache_keyword,
+    gathered_prompt_cache,
     has_stop,
     mask_positions,
     stop_strings,
@@ -183,17 +184,13 @@ def shared_prompt_logits(model: nn.Module, prompt_ids: Tensor, prompt_mask: Tens
     (up to float rounding) for a prompt's share of the cost when K rows share it. Gradients reach the
     prompts' forward through the gathered cache.
     """
-    keyword = cache_keyword(model)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=mask_positions(prompt_mask),
-                logits_to_keep=1, use_cache=True)
-    head = out.logits[inverse]
+    last, cache = gathered_prompt_cache(model, prompt_ids, prompt_mask, inverse)
+    head = last[inverse]
     if inputs.shape[1] == 0:
         return head
-    cache = getattr(out, keyword)
-    cache.batch_select_indices(inverse)
     positions = mask_positions(mask)[:, prompt_ids.shape[1]:]
     tail = model(input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
-                 **{keyword: cache}).logits
+                 **{cache_keyword(model): cache}).logits
     return torch.cat([head, tail], 1)
 
 

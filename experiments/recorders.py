@@ -479,9 +479,22 @@ class LLMEvalRecorder(PolicyEvalRecorder):
 RECORDERS["llm_eval"] = LLMEvalRecorder
 
 
+def distinct_contexts(task: Any, n: int, seed: int) -> np.ndarray:
+    """The first ``n`` distinct contexts that ``task.sample_contexts`` draws (from the task's split) with
+    ``np.random.default_rng(seed)``, sorted, int64 [n]; ``ValueError`` if 100 n draws give fewer."""
+    rng, chosen = np.random.default_rng(seed), dict[int, None]()
+    for _ in range(100):
+        chosen |= dict.fromkeys(int(c) for c in task.sample_contexts(rng, n))
+        if len(chosen) >= n:
+            return np.sort(np.array(list(chosen)[:n], dtype=np.int64))
+    raise ValueError(f"n_tasks={n}: the env's {task.split!r} split gave {len(chosen)} distinct tasks in "
+                     f"{100 * n} draws; use fewer tasks")
+
+
 class AgentEvalRecorder(PolicyEvalRecorder):
     """Multi-turn envs (docs/agents.md): the training curves plus evaluations on fixed tasks: ``n_tasks``
-    contexts of the env (all of them where it has no more; else the first ``n_tasks`` drawn with ``seed``),
+    contexts of the env (all of them where it has no more and no split; else the first ``n_tasks`` distinct
+    ones of its split drawn with ``seed``, :func:`distinct_contexts`),
     ``n_samples`` conversations each at the policy's temperature and one greedy conversation each, played
     by the model's ``multiturn`` mode (``MultiTurnMode.play``) before the first update and after every
     ``eval_every`` updates, stored at x = the updates done.
@@ -505,10 +518,10 @@ class AgentEvalRecorder(PolicyEvalRecorder):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"AgentEvalRecorder: {name}={value!r}; use an integer >= {low}")
         task = gym.make(env_id, **env_kwargs).unwrapped.task
-        if task.num_contexts <= n_tasks:
+        if task.num_contexts <= n_tasks and task.split == "all":
             self.contexts = np.arange(task.num_contexts)
         else:
-            self.contexts = np.sort(task.sample_contexts(np.random.default_rng(seed), n_tasks))
+            self.contexts = distinct_contexts(task, n_tasks, seed)
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs)
         self.eval_every, self.n_samples, self.seed = eval_every, n_samples, seed
         self.shortcut = shortcut(task)

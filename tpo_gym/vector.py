@@ -24,6 +24,7 @@ The two capabilities a grouped learner needs:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -78,13 +79,14 @@ def check_render_mode(render_mode: str | None, modes: list[str] | tuple[str, ...
     return render_mode
 
 
-def reset_context(options: dict[str, Any] | None, rng: np.random.Generator, n_contexts: int) -> int:
+def reset_context(options: dict[str, Any] | None, rng: np.random.Generator, n_contexts: int,
+                  sample: Callable[[np.random.Generator, int], np.ndarray] | None = None) -> int:
     """The context a single env's ``reset`` starts on: ``options["context"]``, checked to lie in
-    ``0 .. n_contexts - 1``, else one drawn uniformly from ``rng`` (:func:`uniform_ints`); other option
-    keys are refused (:func:`_check_options`)."""
+    ``0 .. n_contexts - 1``, else one drawn from ``rng`` by ``sample(rng, 1)`` (default: uniformly,
+    :func:`uniform_ints`); other option keys are refused (:func:`_check_options`)."""
     options = _check_options(options, ("context",))
     if options.get("context") is None:
-        return int(uniform_ints(rng, n_contexts, 1)[0])
+        return int((sample or (lambda rng, n: uniform_ints(rng, n_contexts, n)))(rng, 1)[0])
     return check_int("options['context']", options["context"], 0, n_contexts - 1)
 
 

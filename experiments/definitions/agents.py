@@ -11,12 +11,15 @@ one epoch, gradients clipped to 1.0), tuned as the single-turn study is (``llm_g
   method is chosen on it (:mod:`experiments.lr_choice`), for a study of 3 seeds or more per method at the
   chosen rates.
 
-GuessNumber has 20 tasks (every hidden number), so the evaluations play all of them (no task is held out of
-training: the skill measured is the search, beside the reply-blind baseline, 0.25). Calculator's evaluations
-play 32 of its 8,100 questions (two 2-digit numbers, drawn with the recorder's seed); its zoo entry shows
-the question's own call in the prompt and prefills ``<calc>`` then ``<answer>``, the setting in which the
-base model succeeds at all (docs/agents.md), so what is learnt is to make the call and answer with its
-reply, beside the best constant answer (840: 16 / 8,100 = 0.002).
+GuessNumber has 20 tasks (every hidden number, never shown to the policy), so the evaluations play all of
+them (no task is held out of training: the skill measured is the search, beside the reply-blind baseline,
+0.25). Calculator asks for the product of two 3-digit numbers (:data:`ENV_KWARGS`), trains on the
+questions of its train split, and the grid's evaluations play 32 distinct questions of its validation split
+(drawn with the recorder's seed; the splits share no question, :mod:`tpo_gym.envs.multiturn`), as
+``llm_grid`` tunes on validation prompts; its zoo entry shows the question's own call in the prompt and
+prefills ``<calc>`` then ``<answer>``, the setting in which the base model succeeds at all
+(docs/agents.md), so what is learnt is to make the call and answer with its reply, beside the best
+constant answer (110880: 50 / 810,000 = 6.2e-5).
 """
 
 from __future__ import annotations
@@ -36,29 +39,38 @@ from experiments.zoo import zoo_run
 ALGOS = ("tpo", "grpo")
 AGENT_ENVS: dict[str, str] = {"guess_number": "TPO/GuessNumber-v0", "calculator": "TPO/Calculator-v0"}
 """variant -> env id (the zoo entry of the env sets its kwargs and the policy's)."""
-GRID_EVAL = {"eval_every": 10, "n_tasks": 32, "n_samples": 2, "seed": 1}
-"""``agents_grid``'s evaluations: up to 32 tasks (GuessNumber: its 20; Calculator: 32 drawn), 2 sampled and
-1 greedy conversation each."""
-SMOKE_EVAL = {"eval_every": 1, "n_tasks": 2, "n_samples": 2}
+ENV_KWARGS: dict[str, dict[str, Any]] = {"guess_number": {}, "calculator": {"digits": 3, "split": "train"}}
+"""variant -> env kwargs on top of the zoo entry's. Calculator: 3-digit questions (the zoo's entry has 2, on
+which TPO and GRPO at 1e-5 both answered every validation question by update 30, leaving nothing to
+compare), trained on its train split; an env with a ``split`` is evaluated on the evaluation's."""
+GRID_EVAL = {"eval_every": 10, "n_tasks": 32, "n_samples": 2, "seed": 1, "split": "validation"}
+"""``agents_grid``'s evaluations: up to 32 tasks (GuessNumber: its 20; Calculator: 32 of its validation
+split), 2 sampled and 1 greedy conversation each."""
+SMOKE_EVAL = {"eval_every": 1, "n_tasks": 2, "n_samples": 2, "split": "validation"}
 """The smoke size's evaluations."""
 
 
-def agent_run(algo: str, env_id: str, updates: int, learning_rate: float,
+def agent_run(algo: str, variant: str, updates: int, learning_rate: float,
               evaluation: dict[str, Any]) -> RunSpec:
-    """``algo`` on ``env_id`` with the zoo's entry at ``learning_rate``, gradients clipped to
-    :data:`~experiments.definitions.llm.MAX_GRAD_NORM`, evaluated by ``agent_eval`` (``evaluation``)."""
-    spec = zoo_run(algo, env_id, updates)
+    """``algo`` on the env of ``variant`` with the zoo's entry and :data:`ENV_KWARGS` at ``learning_rate``,
+    gradients clipped to :data:`~experiments.definitions.llm.MAX_GRAD_NORM`, evaluated by ``agent_eval``
+    (``evaluation``; an env trained on a split is evaluated on the evaluation's ``split``)."""
+    env_id = AGENT_ENVS[variant]
+    spec = zoo_run(algo, env_id, updates, env_kwargs=ENV_KWARGS[variant])
     kwargs = {**spec.kwargs, "learning_rate": learning_rate, "max_grad_norm": MAX_GRAD_NORM}
+    evaluation = dict(evaluation)
+    split = evaluation.pop("split")
+    eval_env = {**spec.env_kwargs, "split": split} if "split" in spec.env_kwargs else spec.env_kwargs
     return replace(spec, kwargs=kwargs, recorder="agent_eval",
-                   recorder_kwargs={"env_id": env_id, "env_kwargs": spec.env_kwargs, **evaluation})
+                   recorder_kwargs={"env_id": env_id, "env_kwargs": eval_env, **evaluation})
 
 
 def build_grid(updates: int, smoke: bool) -> Grid:
     """Every env at every rate of ``GRID_LEARNING_RATES``, TPO and GRPO."""
     evaluation = SMOKE_EVAL if smoke else GRID_EVAL
-    return {f"{variant}/{rate_label(rate)}": {algo: agent_run(algo, env_id, updates, rate, evaluation)
+    return {f"{variant}/{rate_label(rate)}": {algo: agent_run(algo, variant, updates, rate, evaluation)
                                               for algo in ALGOS}
-            for variant, env_id in AGENT_ENVS.items() for rate in GRID_LEARNING_RATES}
+            for variant in AGENT_ENVS for rate in GRID_LEARNING_RATES}
 
 
 AGENTS_GRID = Experiment(
@@ -67,10 +79,10 @@ AGENTS_GRID = Experiment(
     panels=("eval/greedy_error", "update/error"), log_panels=(False,) * 3,
     stored=EVALUATED_CURVES,
     notes="eval/error = 1 - success rate of 2 sampled conversations on each evaluated task (GuessNumber: "
-          "its 20; Calculator: 32 drawn), before training and every 10 updates; a rate per method is chosen "
-          "on it.",
+          "its 20; Calculator: 32 of its validation split, which shares no question with its train split), "
+          "before training and every 10 updates; a rate per method is chosen on it.",
     rate_grid=RateGrid({variant: (env_id, "binary") for variant, env_id in AGENT_ENVS.items()},
                        GRID_LEARNING_RATES, rate_label,
                        "1 − the success rate of 2 sampled conversations on each of the env's tasks "
-                       "(GuessNumber: its 20; Calculator: 32 drawn)"),
+                       "(GuessNumber: its 20; Calculator: 32 of its validation split)"),
 )

@@ -124,6 +124,8 @@ def test_agent_evaluations_leave_training_unchanged(tiny_llm_dir: str) -> None:
 
 
 def test_agent_recorder_settings() -> None:
+    import gymnasium as gym
+
     from experiments.recorders import AgentEvalRecorder
 
     many = AgentEvalRecorder("TPO/Calculator-v0", {"digits": 2}, 10, n_tasks=16, n_samples=2, seed=1)
@@ -132,6 +134,14 @@ def test_agent_recorder_settings() -> None:
     assert many.contexts.tolist() == again.contexts.tolist()
     with pytest.raises(ValueError, match="n_samples=0; use an integer >= 1"):
         AgentEvalRecorder("TPO/GuessNumber-v0", GUESS, 1, n_tasks=4, n_samples=0)
+    # a split's evaluation: distinct tasks of that split only
+    held_out = AgentEvalRecorder("TPO/Calculator-v0", {"digits": 2, "split": "test"}, 10, n_tasks=64,
+                                 n_samples=2, seed=1)
+    task = gym.make("TPO/Calculator-v0", digits=2, split="test").unwrapped.task
+    assert len(set(held_out.contexts.tolist())) == 64 and list(held_out.contexts) == sorted(held_out.contexts)
+    assert {task.split_of(int(c)) for c in held_out.contexts} == {"test"}
+    with pytest.raises(ValueError, match="n_tasks=20: the env's 'test' split gave 7 distinct tasks in 2000"):
+        AgentEvalRecorder("TPO/Calculator-v0", {"digits": 1, "split": "test"}, 10, n_tasks=20, n_samples=2)
     with pytest.raises(ValueError, match="eval_every=0"):
         AgentEvalRecorder("TPO/GuessNumber-v0", GUESS, 0, n_tasks=4, n_samples=2)
 
@@ -153,6 +163,12 @@ def test_agents_grid_is_matched() -> None:
         assert rate_label(tpo.kwargs["learning_rate"]) == variant.rsplit("/", 1)[1]
         assert tpo.kwargs["group_mode"] == "multiturn"
         assert tpo.n_updates % tpo.recorder_kwargs["eval_every"] == 0
+        assert tpo.env_kwargs == grpo.env_kwargs
+        if variant.startswith("calculator/"):  # 3 digits, trained on the train split, tuned on validation
+            assert tpo.env_kwargs == {"digits": 3, "show_call": True, "split": "train"}
+            assert tpo.recorder_kwargs["env_kwargs"] == {**tpo.env_kwargs, "split": "validation"}
+        else:  # no splits: every hidden number is evaluated, none is shown to the policy
+            assert "split" not in tpo.env_kwargs and tpo.recorder_kwargs["env_kwargs"] == tpo.env_kwargs
 
 
 @pytest.mark.slow

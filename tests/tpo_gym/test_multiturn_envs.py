@@ -339,6 +339,57 @@ def test_best_constant_answer_is_exact() -> None:
         assert wins / env.task.num_contexts == pytest.approx(rate, abs=1e-12)
 
 
+# ------------------------------------------------------------------------------------------ held-out splits
+
+def test_calculator_splits_share_no_question_and_hold_a_tenth_each() -> None:
+    task = CalculatorEnv(digits=2).task
+    questions: dict[str, set[str]] = {"train": set(), "validation": set(), "test": set()}
+    for context in range(task.num_contexts):
+        a, b = task.operands(context)
+        question = task.question(context)
+        assert question == f"{min(a, b)} * {max(a, b)}"
+        questions[task.split_of(context)].add(question)
+    assert not (questions["train"] & questions["validation"] or questions["train"] & questions["test"]
+                or questions["validation"] & questions["test"])
+    n_questions = 90 * 91 // 2  # a <= b
+    assert sum(map(len, questions.values())) == n_questions
+    for split in ("validation", "test"):
+        assert 0.08 < len(questions[split]) / n_questions < 0.12
+    # a product and its mirror are one question: both fall in one split
+    mirror = (12 - 10) + (34 - 10) * 90
+    assert task.operands(mirror) == (34, 12) and task.split_of(mirror) == task.split_of((12 - 10) * 90 + 24)
+
+
+@pytest.mark.parametrize("split", ["train", "validation", "test"])
+def test_an_env_of_a_split_draws_and_accepts_its_questions_only(split: str) -> None:
+    env = CalculatorEnv(digits=2, split=split)
+    drawn = [env.reset(seed=seed)[1]["context"] for seed in range(30)]
+    assert {env.task.split_of(c) for c in drawn} == {split} and len(set(drawn)) > 20
+    vec = CalculatorVectorEnv(8, group_size=2, digits=2, split=split)
+    _, infos = vec.reset(seed=0)
+    for _ in range(3):  # autoresets draw from the split too
+        _, _, _, _, infos = vec.step(["<answer>1</answer>"] * 8)
+        assert {vec.task.split_of(int(c)) for c in infos["context"]} == {split}
+    other = next(c for c in range(100) if env.task.split_of(c) != split)
+    match = rf"context {other} \('.*'\) is in the {env.task.split_of(other)} split, not in this env's {split}"
+    with pytest.raises(ValueError, match=match):
+        env.reset(options={"context": other})
+    with pytest.raises(ValueError, match=match):
+        vec.reset(options={"contexts": [drawn[0], drawn[1], drawn[2], other]})
+
+
+def test_split_all_draws_as_before_and_bad_splits_are_refused() -> None:
+    """``"all"`` (the default) draws the contexts of ``uniform_ints``, the stream of the env before splits."""
+    env = CalculatorEnv(digits=2)
+    assert env.task.split == "all"
+    contexts = [env.reset(seed=seed)[1]["context"] for seed in range(5)]
+    assert contexts == [int(np.random.default_rng(seed).integers(0, 8100)) for seed in range(5)]
+    with pytest.raises(ValueError, match="unknown split 'heldout'; allowed values: all, train, validation"):
+        CalculatorEnv(split="heldout")
+    with pytest.raises(NotImplementedError, match="GuessNumberTask has no held-out splits"):
+        GuessNumberEnv().task.question(0)
+
+
 # ---------------------------------------------------------------------------------------------- vector envs
 
 def test_vector_group_resets_give_identical_tasks() -> None:

@@ -14,6 +14,14 @@ messages (the prompt is the observation of ``reset``).
   whose result is the reply), and answers with ``<answer>N</answer>``. A context ``c`` is the question
   ``a = lo + c // span``, ``b = lo + c % span`` with ``lo = 10^(digits-1)``, ``span = 9 lo``.
 
+Held-out splits: a task whose contexts are questions (Calculator) takes ``split``: ``"all"`` (the
+default: every context), or ``"train"``, ``"validation"`` or ``"test"``, which share no question: the split
+of a context is :func:`tpo_gym.envs.splits.split_of` of its :meth:`MultiTurnTask.question` (Calculator:
+``"a * b"`` with ``a <= b``, so ``a * b`` and ``b * a`` fall in one split), each held-out split owning 10%
+of the questions. An env of a split draws its contexts there, and a context given to ``reset`` or to a
+vector reset must lie there (``ValueError`` naming it and its split otherwise). GuessNumber has no
+splits: its context, the hidden number, is never shown to the policy.
+
 Every turn counts toward ``max_turns``, also a bad one (over ``max_action_chars`` characters, without a
 tag, a guess out of range, a calculator error): it gets a reply that says what was wrong, reward 0.0,
 ``info["format_ok"] = False``, never an exception. Reward: 1.0 on the turn that solves the task (the
@@ -45,9 +53,11 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from tpo_gym.envs.arithmetic import CalculatorError, calculate
+from tpo_gym.envs.splits import SPLITS, split_of
 from tpo_gym.envs.text import _check_completions, _object_array, extract_answer, extract_tag
 from tpo_gym.vector import (
     GroupedVectorEnv,
+    check_choice,
     check_int,
     check_int_array,
     readonly,
@@ -55,16 +65,22 @@ from tpo_gym.vector import (
     uniform_ints,
 )
 
-__all__ = ["CHARSET", "MAX_REPLY_CHARS", "TURN_FORMAT", "CalculatorEnv", "CalculatorTask",
-           "CalculatorVectorEnv", "Episode", "GuessNumberEnv", "GuessNumberTask", "GuessNumberVectorEnv",
-           "MultiTurnEnv", "MultiTurnTask", "MultiTurnVectorEnv", "Turn", "best_constant_answer",
-           "binary_search_success_rate", "operand_range", "reply_blind_guesses", "reply_blind_success_rate"]
+__all__ = ["CHARSET", "MAX_REPLY_CHARS", "SPLIT_SEED", "TASK_SPLITS", "TURN_FORMAT", "CalculatorEnv",
+           "CalculatorTask", "CalculatorVectorEnv", "Episode", "GuessNumberEnv", "GuessNumberTask",
+           "GuessNumberVectorEnv", "MultiTurnEnv", "MultiTurnTask", "MultiTurnVectorEnv", "Turn",
+           "best_constant_answer", "binary_search_success_rate", "operand_range", "reply_blind_guesses",
+           "reply_blind_success_rate"]
 
 TURN_FORMAT = "\n\nYou: {action}\nReply: {reply}"
 MAX_REPLY_CHARS = 200
 CHARSET = string.printable
 TOO_LONG = "Your turn is longer than {limit} characters and was not read."
 _INTEGER_RE = re.compile(r"[+-]?[0-9]{1,18}")
+TASK_SPLITS = ("all", *SPLITS)
+"""The ``split`` values of a task with held-out splits: ``"all"`` contexts, or one of the three splits."""
+SPLIT_SEED = 0
+"""The seed of :func:`tpo_gym.envs.splits.split_of` for the multi-turn tasks' questions."""
+_DRAWS_PER_CHUNK = 64
 
 
 def _parse_int(text: str) -> int | None:
@@ -97,18 +113,21 @@ class MultiTurnTask(ABC):
     """The rules of a multi-turn text task, shared by its single and vector envs.
 
     A subclass sets its own attributes, then calls ``super().__init__(num_contexts, max_turns,
-    max_action_chars)``, and implements :meth:`prompt`, :meth:`respond` and :meth:`ground_truth` (they
-    may read ``self.max_turns``: the base sets it before it calls ``prompt(0)``); contexts are
-    ``0..num_contexts-1``, drawn uniformly. No prompt may be longer than ``prompt(0)`` and no reply
-    longer than :data:`MAX_REPLY_CHARS` characters: the observation space (``spaces.Text`` over
-    :data:`CHARSET`) holds the longest transcript, ``len(prompt(0)) + max_turns *
-    (len(TURN_FORMAT.format(action="", reply="")) + max_action_chars + MAX_REPLY_CHARS)``. The
-    transcript holds each action cut to ``max_action_chars``; ``step`` takes any ``str``, so an action
-    outside the action space can give an observation outside the observation space.
+    max_action_chars, split)``, and implements :meth:`prompt`, :meth:`respond` and :meth:`ground_truth`
+    (they may read ``self.max_turns``: the base sets it before it calls ``prompt(0)``); contexts are
+    ``0..num_contexts-1``, drawn uniformly from those of ``split`` (a task with splits implements
+    :meth:`question`; ``"all"``, the default, draws from every context as ``uniform_ints`` does). No
+    prompt may be longer than ``prompt(0)`` and no reply longer than :data:`MAX_REPLY_CHARS` characters:
+    the observation space (``spaces.Text`` over :data:`CHARSET`) holds the longest transcript,
+    ``len(prompt(0)) + max_turns * (len(TURN_FORMAT.format(action="", reply="")) + max_action_chars +
+    MAX_REPLY_CHARS)``. The transcript holds each action cut to ``max_action_chars``; ``step`` takes any
+    ``str``, so an action outside the action space can give an observation outside the observation
+    space.
     """
 
-    def __init__(self, num_contexts: int, max_turns: int, max_action_chars: int) -> None:
+    def __init__(self, num_contexts: int, max_turns: int, max_action_chars: int, split: str = "all") -> None:
         self.num_contexts = num_contexts
+        self.split = check_choice("split", split, TASK_SPLITS)
         self.max_turns = check_int("max_turns", max_turns, 1)
         self.max_action_chars = check_int("max_action_chars", max_action_chars, 1)
         per_turn = len(TURN_FORMAT.format(action="", reply="")) + self.max_action_chars + MAX_REPLY_CHARS
@@ -128,13 +147,36 @@ class MultiTurnTask(ABC):
     def ground_truth(self, context: int) -> int:
         """The solution of a context (shown in the info of the episode's last turn)."""
 
+    def question(self, context: int) -> str:
+        """The question a context asks, the text whose hash puts it into a split; a task with splits
+        overrides it."""
+        raise NotImplementedError(f"{type(self).__name__} has no held-out splits")
+
+    def split_of(self, context: int) -> str:
+        """The split of a context: :func:`tpo_gym.envs.splits.split_of` of its :meth:`question`."""
+        return split_of(self.question(context), SPLIT_SEED)
+
     def sample_contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` contexts drawn uniformly with replacement, int64 [n]."""
-        return uniform_ints(rng, self.num_contexts, n)
+        """``n`` contexts of the task's split drawn uniformly with replacement, int64 [n]: with ``"all"``,
+        ``uniform_ints(rng, num_contexts, n)``; else the draws of ``rng`` in chunks of 64 that lie in the
+        split, the first ``n`` of them."""
+        if self.split == "all":
+            return uniform_ints(rng, self.num_contexts, n)
+        kept: list[int] = []
+        while len(kept) < n:
+            kept += [int(c) for c in uniform_ints(rng, self.num_contexts, _DRAWS_PER_CHUNK)
+                     if self.split_of(int(c)) == self.split]
+        return np.array(kept[:n], dtype=np.int64)
 
     def check_contexts(self, contexts: Any) -> np.ndarray:
-        """Validate a 1-d batch of contexts and return a fresh int64 array."""
-        return check_int_array("contexts", contexts, self.num_contexts, 1)
+        """Validate a 1-d batch of contexts of the task's split and return a fresh int64 array."""
+        checked = check_int_array("contexts", contexts, self.num_contexts, 1)
+        if self.split != "all":
+            for context in checked:
+                if (found := self.split_of(int(context))) != self.split:
+                    raise ValueError(f"context {int(context)} ({self.question(int(context))!r}) is in the "
+                                     f"{found} split, not in this env's {self.split} split")
+        return checked
 
     def reset_info(self, context: int) -> dict[str, Any]:
         """The info of an episode's start: ``context``, ``turn`` (0), ``max_turns``."""
@@ -169,9 +211,9 @@ class MultiTurnTask(ABC):
 class MultiTurnEnv(gym.Env):
     """One episode of a :class:`MultiTurnTask` (see the module docstring for turns, rewards and infos).
 
-    ``reset(options={"context": i})`` replays context ``i``; otherwise a context is drawn uniformly from
-    ``self.np_random``. The observation is the transcript; ``step`` after the episode ended raises
-    ``RuntimeError`` (call ``reset``).
+    ``reset(options={"context": i})`` replays context ``i`` (one of the task's split); otherwise a context
+    of the split is drawn uniformly from ``self.np_random``. The observation is the transcript; ``step``
+    after the episode ended raises ``RuntimeError`` (call ``reset``).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
@@ -191,7 +233,8 @@ class MultiTurnEnv(gym.Env):
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode on a uniformly drawn context, or on ``options["context"]``."""
         super().reset(seed=seed)
-        context = reset_context(options, self.np_random, self.task.num_contexts)
+        context = reset_context(options, self.np_random, self.task.num_contexts, self.task.sample_contexts)
+        self.task.check_contexts([context])
         self._episode = self.task.begin(context)
         return self._episode.transcript, self.task.reset_info(context)
 
@@ -435,24 +478,30 @@ class CalculatorTask(MultiTurnTask):
     ``<calc>expression</calc>`` is run by :func:`tpo_gym.envs.arithmetic.calculate` and its exact result
     (``56088``, ``7/2``) is the reply, or ``calculator error: ...`` (``format_ok`` False); with neither
     tag, a reply naming both. ``show_call``: the prompt writes out the call for its own question
-    (:data:`CALC_PROMPT_SHOWN`) instead of a generic example.
+    (:data:`CALC_PROMPT_SHOWN`) instead of a generic example. ``split``: ``"all"`` questions, or those of
+    ``"train"``, ``"validation"`` or ``"test"`` (:meth:`question`; see the module docstring).
     """
 
     MAX_OPERAND_DIGITS = 9
 
     def __init__(self, digits: int = 3, max_turns: int = 3, max_action_chars: int = 1024,
-                 show_call: bool = False) -> None:
+                 show_call: bool = False, split: str = "all") -> None:
         if not isinstance(show_call, bool):
             raise ValueError(f"show_call={show_call!r}: use True or False")
         self.show_call = show_call
         self.digits = check_int("digits", digits, 1, self.MAX_OPERAND_DIGITS)
         self.low, high = operand_range(self.digits)
         self.span = high - self.low + 1
-        super().__init__(self.span**2, max_turns, max_action_chars)
+        super().__init__(self.span**2, max_turns, max_action_chars, split)
 
     def operands(self, context: int) -> tuple[int, int]:
         """``(a, b)`` of a context: ``(lo + c // span, lo + c % span)``."""
         return self.low + int(context) // self.span, self.low + int(context) % self.span
+
+    def question(self, context: int) -> str:
+        """``"a * b"`` with the smaller operand first: a product and its mirror are one question."""
+        a, b = sorted(self.operands(context))
+        return f"{a} * {b}"
 
     def prompt(self, context: int) -> str:
         """The question and the formats; the same length for every context."""
@@ -484,11 +533,11 @@ class CalculatorTask(MultiTurnTask):
 
 class CalculatorEnv(MultiTurnEnv):
     """``TPO/Calculator-v0``: :class:`CalculatorTask` as a Gymnasium env (kwargs: ``digits`` 3,
-    ``max_turns`` 3, ``max_action_chars`` 1024, ``show_call`` False)."""
+    ``max_turns`` 3, ``max_action_chars`` 1024, ``show_call`` False, ``split`` ``"all"``)."""
 
     def __init__(self, digits: int = 3, max_turns: int = 3, max_action_chars: int = 1024,
-                 show_call: bool = False) -> None:
-        super().__init__(CalculatorTask(digits, max_turns, max_action_chars, show_call))
+                 show_call: bool = False, split: str = "all") -> None:
+        super().__init__(CalculatorTask(digits, max_turns, max_action_chars, show_call, split))
 
 
 class CalculatorVectorEnv(MultiTurnVectorEnv):

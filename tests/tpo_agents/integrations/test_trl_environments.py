@@ -66,6 +66,8 @@ def test_dataset_rows_are_tasks_the_reset_replays() -> None:
         assert row["prompt"] == [{"role": "user", "content": text}]
     with pytest.raises(TypeError, match="not a multi-turn env"):
         type("Bad", (GuessNumberTools,), {"env_id": "TPO/ReasoningGym-v0"})(dataset="letter_counting")
+    held_out = environment_dataset(CalculatorTools, 8, seed=3, digits=2, split="test")
+    assert {env.task.split_of(context) for context in held_out["context"]} == {"test"}
 
 
 def tool_trainer(trainer_class: type, model_dir: str, tmp_path: Path) -> Any:

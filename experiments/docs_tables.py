@@ -88,7 +88,7 @@ SUPERSEDED = "results/superseded"
 (docs/results.md, "Superseded cells")."""
 README = "README.md"
 """The project's front page: its layout of the modules (the ``layout`` table)."""
-FINDINGS = ("terminal", "ablations", "llm_study")
+FINDINGS = ("terminal", "ablations", "llm_study", "agents_study")
 """The experiments whose page states each pairwise difference in words (``findings:<experiment>``)."""
 OUTCOMES = ("terminal", "ablations")
 """The experiments whose seeds' outcomes the docs count (``outcomes:<experiment>``)."""

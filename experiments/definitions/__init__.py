@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from experiments.core import Experiment
-from experiments.definitions.agents import AGENTS_GRID
+from experiments.definitions.agents import AGENTS_GRID, AGENTS_STUDY
 from experiments.definitions.llm import LLM_CPU, LLM_GRID, LLM_STUDY
 from experiments.definitions.mnist import MNIST
 from experiments.definitions.sparse import DIAGNOSTICS, EPOCH_SWEEP, K_SWEEP, MASKING
@@ -15,7 +15,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
     for e in (TABULAR_SINGLE, TABULAR_MULTI, MNIST, VOCAB_SWEEP, VARIATIONS, TERMINAL, ABLATIONS,
               K_SWEEP, EPOCH_SWEEP, MASKING, DIAGNOSTICS, ETA_SWEEP, LLM_CPU, LLM_GRID,
-              LLM_STUDY, AGENTS_GRID)
+              LLM_STUDY, AGENTS_GRID, AGENTS_STUDY)
 }
 
 

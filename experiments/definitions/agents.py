@@ -8,8 +8,12 @@ one epoch, gradients clipped to 1.0), tuned as the single-turn study is (``llm_g
   TPO and GRPO alike, 1 seed x 50 updates, the curve the error on every task of the env
   (:class:`experiments.recorders.AgentEvalRecorder`: 1 - the success rate of 2 sampled conversations per
   evaluated task, and of one greedy conversation, before training and every 10 updates); a rate per
-  method is chosen on it (:mod:`experiments.lr_choice`), for a study of 3 seeds or more per method at the
-  chosen rates.
+  method is chosen on it (:mod:`experiments.lr_choice`);
+* ``agents_study``: each env with TPO and GRPO at the rates the grid chose for them
+  (:data:`STUDY_LEARNING_RATES`), 5 seeds x 100 updates as ``llm_study``, evaluated before training and
+  every 10 updates on 64 distinct questions of Calculator's test split (none of the train or validation
+  split) and on every hidden number of GuessNumber, 2 sampled and one greedy conversation each; the
+  report's "steps to 5%" is the first evaluation at which a seed's sampled error is at most 5%.
 
 GuessNumber has 20 tasks (every hidden number, never shown to the policy), so the evaluations play all of
 them (no task is held out of training: the skill measured is the search, beside the reply-blind baseline,
@@ -46,8 +50,11 @@ compare), trained on its train split; an env with a ``split`` is evaluated on th
 GRID_EVAL = {"eval_every": 10, "n_tasks": 32, "n_samples": 2, "seed": 1, "split": "validation"}
 """``agents_grid``'s evaluations: up to 32 tasks (GuessNumber: its 20; Calculator: 32 of its validation
 split), 2 sampled and 1 greedy conversation each."""
+STUDY_EVAL = {"eval_every": 10, "n_tasks": 64, "n_samples": 2, "seed": 1, "split": "test"}
+"""``agents_study``'s evaluations: up to 64 tasks (GuessNumber: its 20; Calculator: 64 of its test split), 2
+sampled and 1 greedy conversation each."""
 SMOKE_EVAL = {"eval_every": 1, "n_tasks": 2, "n_samples": 2, "split": "validation"}
-"""The smoke size's evaluations."""
+"""The smoke size's evaluations (on the full size's split)."""
 
 
 def agent_run(algo: str, variant: str, updates: int, learning_rate: float,
@@ -85,4 +92,32 @@ AGENTS_GRID = Experiment(
                        GRID_LEARNING_RATES, rate_label,
                        "1 − the success rate of 2 sampled conversations on each of the env's tasks "
                        "(GuessNumber: its 20; Calculator: 32 of its validation split)"),
+)
+
+
+# ------------------------------------------------------------------------------------------- the study
+STUDY_LEARNING_RATES: dict[str, dict[str, float]] = {
+    "calculator": {"tpo": 1e-05, "grpo": 1e-05},
+}
+"""variant -> method -> AdamW learning rate: ``agents_grid``'s choice
+(:func:`experiments.lr_choice.chosen_rates` of its committed runs; a test checks the two agree), fixed here
+before the study's first seed ran. A variant joins once the grid has run every rate of it."""
+
+
+def build_study(updates: int, smoke: bool) -> Grid:
+    """Every variant of :data:`STUDY_LEARNING_RATES` with TPO and GRPO at their rates, evaluated on
+    :data:`STUDY_EVAL` (the smoke size: :data:`SMOKE_EVAL` on the test split)."""
+    evaluation = {**SMOKE_EVAL, "split": STUDY_EVAL["split"]} if smoke else STUDY_EVAL
+    return {variant: {algo: agent_run(algo, variant, updates, rates[algo], evaluation) for algo in ALGOS}
+            for variant, rates in STUDY_LEARNING_RATES.items()}
+
+
+AGENTS_STUDY = Experiment(
+    name="agents_study", paper="beyond the paper: TPO against GRPO on multi-turn agents",
+    full=Size(5, 100), smoke=Size(1, 2), build=build_study, metric="eval/error", threshold=0.05,
+    panels=("eval/greedy_error", "update/error"), log_panels=(False,) * 3,
+    stored=EVALUATED_CURVES,
+    notes="eval/error = 1 - success rate of 2 sampled conversations on each evaluated task (GuessNumber: "
+          "its 20; Calculator: 64 of its test split, which shares no question with its train and validation "
+          "splits), before training and every 10 updates; each method at the rate agents_grid chose for it.",
 )

@@ -190,3 +190,65 @@ def test_agents_grid_smoke_on_the_tiny_model(tiny_llm_dir: str, tmp_path) -> Non
     assert list(arrays["eval/x"]) == [0, 1, 2] and arrays["update/error"].shape == (2,)
     assert arrays["eval/shortcut_error"][0] == pytest.approx(0.75)  # 5 reply-blind guesses of 20 numbers
     assert meta["spec"]["recorder"] == "agent_eval"
+
+
+# ------------------------------------------------------------------------------------------- agents_study
+def test_agents_study_rates_are_the_grids_choice() -> None:
+    """The rates fixed in ``agents_study`` are those ``experiments.lr_choice`` chooses from the committed
+    ``agents_grid`` runs, for every variant of the study and both methods."""
+    from pathlib import Path
+
+    from experiments.definitions.agents import AGENTS_GRID, STUDY_LEARNING_RATES
+    from experiments.lr_choice import chosen_rates, grid_rows
+    from experiments.runs import load_runs
+
+    root = Path(__file__).resolve().parents[2] / "results" / "paper"
+    grid = AGENTS_GRID.rate_grid
+    chosen = chosen_rates(grid_rows(load_runs(root, AGENTS_GRID.name), grid.tasks, grid.rates, grid.label))
+    assert {variant: chosen[variant] for variant in STUDY_LEARNING_RATES} == STUDY_LEARNING_RATES
+
+
+def test_agents_study_is_matched_and_evaluated_on_held_out_tasks() -> None:
+    from experiments.definitions.agents import AGENTS_GRID, AGENTS_STUDY, STUDY_LEARNING_RATES
+    from experiments.definitions.llm import MAX_GRAD_NORM
+
+    study = AGENTS_STUDY.build(AGENTS_STUDY.full.updates, False)
+    grid = AGENTS_GRID.build(AGENTS_GRID.full.updates, False)
+    assert AGENTS_STUDY.full.seeds >= 5 and AGENTS_STUDY.full.updates >= 100
+    assert set(study) == set(STUDY_LEARNING_RATES)
+    for variant, cell in study.items():
+        tpo, grpo = cell["tpo"], cell["grpo"]
+        assert set(cell) == {"tpo", "grpo"}
+        assert tpo.env_kwargs == grpo.env_kwargs and tpo.recorder_kwargs == grpo.recorder_kwargs
+        for algo in ("tpo", "grpo"):
+            rate = STUDY_LEARNING_RATES[variant][algo]
+            assert cell[algo].kwargs["learning_rate"] == rate
+            assert cell[algo].kwargs["max_grad_norm"] == MAX_GRAD_NORM
+            tuned = grid[f"{variant}/lr{rate:.0e}"][algo]  # the grid's run at the chosen rate
+            assert cell[algo].kwargs == tuned.kwargs and cell[algo].env_kwargs == tuned.env_kwargs
+        evaluation = tpo.recorder_kwargs
+        assert evaluation["n_tasks"] == 64 and evaluation["n_samples"] == 2
+        if "split" in tpo.env_kwargs:  # trained on train, tuned on validation, reported on test
+            assert tpo.env_kwargs["split"] == "train" and evaluation["env_kwargs"]["split"] == "test"
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*batches had no signal")
+def test_agents_study_smoke_on_the_tiny_model(tiny_llm_dir: str, tmp_path) -> None:
+    """Calculator's study cell runs end to end: trained on the train split, evaluated on the test split."""
+    from dataclasses import replace
+
+    from experiments.core import load_seed, seed_path
+    from experiments.definitions.agents import AGENTS_STUDY
+    from experiments.jobs import Task, run_job
+
+    spec = AGENTS_STUDY.build(AGENTS_STUDY.smoke.updates, True)["calculator"]["grpo"]
+    policy = {**spec.kwargs["policy_kwargs"], "model": tiny_llm_dir, "max_new_tokens": 3}
+    spec = replace(spec, kwargs={**spec.kwargs, "policy_kwargs": policy})
+    path = seed_path(tmp_path, AGENTS_STUDY.name, "calculator", "grpo", 0)
+    run_job((Task(AGENTS_STUDY.name, "calculator", 0, spec, str(path), per_seed=True,
+                  curves=AGENTS_STUDY.curves),))
+    arrays, meta = load_seed(path)
+    assert list(arrays["eval/x"]) == [0, 1, 2] and arrays["update/error"].shape == (2,)
+    assert meta["spec"]["env_kwargs"]["split"] == "train"
+    assert meta["spec"]["recorder_kwargs"]["env_kwargs"]["split"] == "test"

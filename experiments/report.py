@@ -56,7 +56,7 @@ from experiments.metrics import (
 from experiments.pairwise import pairwise, pairwise_table
 from experiments.paper import MNIST_SURPLUS, NEVER, paper_cell
 from experiments.profiles import draw_profiles, profiles
-from experiments.runs import Runs, load_runs
+from experiments.runs import Runs, SharedFrom, load_runs
 from experiments.settings import setting_differences, settings_table
 
 MNIST_CHECKPOINT = 2000
@@ -200,12 +200,12 @@ def markdown_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _shared(source: str | None) -> str:
+def _shared(source: SharedFrom | None) -> str:
     """What a row's method says of the run it shows: an interaction-matched cell's grouped method is its
     prompt-matched run (``prompts/H7``), a borrowed cell another experiment's (``terminal prompts/H7``)."""
     if source is None:
         return ""
-    return " (= prompt-matched run)" if " " not in source else f" (= `{source}`)"
+    return " (= prompt-matched run)" if source.experiment is None else f" (= `{source}`)"
 
 
 def _dagger(flag: bool) -> str:

@@ -22,6 +22,18 @@ from experiments.core import load_seed
 from experiments.definitions import EXPERIMENTS, borrowed_cells
 
 
+@dataclass(frozen=True)
+class SharedFrom:
+    """The cell whose runs a cell shows in place of its own: ``variant`` of ``experiment`` (None: of the
+    same experiment, as an interaction-matched cell shows its prompt-matched twin's grouped methods)."""
+
+    variant: str
+    experiment: str | None = None
+
+    def __str__(self) -> str:
+        return self.variant if self.experiment is None else f"{self.experiment} {self.variant}"
+
+
 @dataclass
 class Runs:
     """All seeds of one (variant, algorithm): ``arrays[key]`` is [n_seeds, ...]."""
@@ -29,7 +41,7 @@ class Runs:
     seeds: list[int]
     arrays: dict[str, np.ndarray]
     meta: list[dict[str, Any]] = field(default_factory=list)
-    shared_from: str | None = None
+    shared_from: SharedFrom | None = None
     name: str = ""
     """The cell's method name, its folder (``grpo_trl`` runs the spec's ``algo`` ``grpo``); "" for the
     spec's ``algo``."""
@@ -85,7 +97,7 @@ def borrow_runs(runs: dict[str, dict[str, Runs]], out: str | Path, experiment: s
                 paths: Iterable[str | Path] | None = None) -> None:
     """Add to ``runs`` the cells ``experiment`` borrows (:func:`experiments.definitions.borrowed_cells`)
     that its own folder does not hold: the other experiment's seeds below this experiment's full number
-    of the method, marked ``shared_from="<other> <variant>"``."""
+    of the method, marked ``shared_from=SharedFrom(<variant>, <other>)``."""
     if experiment not in EXPERIMENTS:
         return
     definition = EXPERIMENTS[experiment]
@@ -101,7 +113,7 @@ def borrow_runs(runs: dict[str, dict[str, Runs]], out: str | Path, experiment: s
         keep = [i for i, seed in enumerate(found.seeds) if seed < definition.seeds_of(variant, algo)]
         runs.setdefault(variant, {})[algo] = Runs(
             [found.seeds[i] for i in keep], {key: values[keep] for key, values in found.arrays.items()},
-            [found.meta[i] for i in keep], shared_from=f"{other} {cell}", name=found.name)
+            [found.meta[i] for i in keep], shared_from=SharedFrom(cell, other), name=found.name)
 
 
 def share_grouped_runs(runs: dict[str, dict[str, Runs]]) -> None:
@@ -111,4 +123,4 @@ def share_grouped_runs(runs: dict[str, dict[str, Runs]]) -> None:
             twin = "prompts/" + variant.split("/", 1)[1]
             for algo, other in runs.get(twin, {}).items():
                 if algo not in cell:
-                    cell[algo] = replace(other, shared_from=twin)
+                    cell[algo] = replace(other, shared_from=SharedFrom(twin))

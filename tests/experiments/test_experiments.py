@@ -41,8 +41,10 @@ from experiments.report import (
     report,
     summarize,
 )
+from experiments.report import _shared as report_shared
 from experiments.report import main as report_main
 from experiments.runner import Task, build_model, plan, run_job, run_tasks
+from experiments.runs import SharedFrom, share_grouped_runs
 from tpo_agents.losses import cosine_misalignment
 from tpo_agents.zoo.hyperparams import ZOO_KEYS, load_hyperparams
 from tpo_agents.zoo.results import seed_mean_se
@@ -327,10 +329,25 @@ def test_the_ablations_borrow_table_3s_runs_of_the_same_settings(tmp_path):
                   {"update/error": np.full(2, seed)},
                   {"seed": seed, "fingerprint": "f", "spec": asdict(spec)})
     runs = load_runs(tmp_path, "ablations")
-    assert runs["H7"]["tpo"].seeds == [0, 1] and runs["H7"]["tpo"].shared_from == "terminal prompts/H7"
+    assert runs["H7"]["tpo"].seeds == [0, 1]
+    assert runs["H7"]["tpo"].shared_from == SharedFrom("prompts/H7", "terminal")
     assert runs["H7"]["tpo"].arrays["update/error"][:, 0].tolist() == [0, 1]
     assert set(runs) == {"H7"} and set(runs["H7"]) == {"tpo"}
 
+
+
+def test_shown_cells_name_where_they_ran():
+    """An interaction-matched cell shows its prompt-matched twin's grouped runs (same experiment); a borrowed
+    cell names the experiment and variant it was read from."""
+    twin = Runs([0], {"update/error": np.zeros((1, 2))})
+    runs = {"prompts/H7": {"tpo": twin}, "interactions/H7": {}}
+    share_grouped_runs(runs)
+    shown = runs["interactions/H7"]["tpo"]
+    assert shown.shared_from == SharedFrom("prompts/H7") and str(shown.shared_from) == "prompts/H7"
+    assert report_shared(shown.shared_from) == " (= prompt-matched run)"
+    borrowed = SharedFrom("prompts/H7", "terminal")
+    assert str(borrowed) == "terminal prompts/H7" and report_shared(borrowed) == " (= `terminal prompts/H7`)"
+    assert report_shared(None) == ""
 
 def test_runner_trains_exactly_n_updates_with_learn_n_iterations(tmp_path, monkeypatch):
     spec = get_experiment("tabular_single").build(3, True)["K100"]["pg"]

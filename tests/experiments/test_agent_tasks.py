@@ -210,7 +210,7 @@ def test_agents_study_rates_are_the_grids_choice() -> None:
 
 def test_agents_study_is_matched_and_evaluated_on_held_out_tasks() -> None:
     from experiments.definitions.agents import AGENTS_GRID, AGENTS_STUDY, STUDY_LEARNING_RATES
-    from experiments.definitions.llm import MAX_GRAD_NORM
+    from experiments.definitions.llm import MAX_GRAD_NORM, rate_label
 
     study = AGENTS_STUDY.build(AGENTS_STUDY.full.updates, False)
     grid = AGENTS_GRID.build(AGENTS_GRID.full.updates, False)
@@ -224,7 +224,7 @@ def test_agents_study_is_matched_and_evaluated_on_held_out_tasks() -> None:
             rate = STUDY_LEARNING_RATES[variant][algo]
             assert cell[algo].kwargs["learning_rate"] == rate
             assert cell[algo].kwargs["max_grad_norm"] == MAX_GRAD_NORM
-            tuned = grid[f"{variant}/lr{rate:.0e}"][algo]  # the grid's run at the chosen rate
+            tuned = grid[f"{variant}/{rate_label(rate)}"][algo]  # the grid's run at the chosen rate
             assert cell[algo].kwargs == tuned.kwargs and cell[algo].env_kwargs == tuned.env_kwargs
         evaluation = tpo.recorder_kwargs
         assert evaluation["n_tasks"] == 64 and evaluation["n_samples"] == 2

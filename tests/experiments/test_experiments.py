@@ -335,7 +335,6 @@ def test_the_ablations_borrow_table_3s_runs_of_the_same_settings(tmp_path):
     assert set(runs) == {"H7"} and set(runs["H7"]) == {"tpo"}
 
 
-
 def test_shown_cells_name_where_they_ran():
     """An interaction-matched cell shows its prompt-matched twin's grouped runs (same experiment); a borrowed
     cell names the experiment and variant it was read from."""
@@ -348,6 +347,7 @@ def test_shown_cells_name_where_they_ran():
     borrowed = SharedFrom("prompts/H7", "terminal")
     assert str(borrowed) == "terminal prompts/H7" and report_shared(borrowed) == " (= `terminal prompts/H7`)"
     assert report_shared(None) == ""
+
 
 def test_runner_trains_exactly_n_updates_with_learn_n_iterations(tmp_path, monkeypatch):
     spec = get_experiment("tabular_single").build(3, True)["K100"]["pg"]

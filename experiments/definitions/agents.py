@@ -98,6 +98,7 @@ AGENTS_GRID = Experiment(
 # ------------------------------------------------------------------------------------------- the study
 STUDY_LEARNING_RATES: dict[str, dict[str, float]] = {
     "calculator": {"tpo": 1e-05, "grpo": 1e-05},
+    "guess_number": {"tpo": 1e-05, "grpo": 3e-05},
 }
 """variant -> method -> AdamW learning rate: ``agents_grid``'s choice
 (:func:`experiments.lr_choice.chosen_rates` of its committed runs; a test checks the two agree), fixed here

@@ -5,15 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from experiments.definitions.llm import rate_label
 from experiments.lr_choice import LAST_EVALUATIONS, chosen_rates, grid_rows, grid_table, selection_error
 from experiments.runs import Runs
 
 RATES = (3e-6, 1e-5, 3e-5)
 TASKS = {"exact/add": ("add", "binary"), "partial/spell": ("spell", "native")}
-
-
-def label(rate: float) -> str:
-    return f"lr{rate:.0e}"
 
 
 def _cell(exact: list[float], native: list[float], seeds: int = 1) -> Runs:
@@ -45,7 +42,7 @@ def test_rows_choose_the_lowest_error_of_the_trained_reward() -> None:
         "partial/spell/lr1e-05": {"tpo": _cell([0.0] * 6, [0.6] * 6)},
         "partial/spell/lr3e-05": {"tpo": _cell(flat, [0.7] * 6), "grpo": _cell(flat, [0.1] * 6)},
     }
-    rows = grid_rows(runs, TASKS, RATES, label)
+    rows = grid_rows(runs, TASKS, RATES, rate_label)
     by_cell = {(row["variant"], row["algo"]): row for row in rows}
     assert by_cell[("exact/add", "tpo")]["chosen"] == 3e-5
     assert by_cell[("exact/add", "grpo")]["chosen"] == 3e-6  # a tie goes to the smaller rate
@@ -62,7 +59,7 @@ def test_rows_choose_the_lowest_error_of_the_trained_reward() -> None:
 
 
 def test_no_rows_without_grid_runs() -> None:
-    assert grid_rows({"other": {"tpo": _cell([0.5] * 6, [0.5] * 6)}}, TASKS, RATES, label) == []
+    assert grid_rows({"other": {"tpo": _cell([0.5] * 6, [0.5] * 6)}}, TASKS, RATES, rate_label) == []
 
 
 def test_each_grid_experiment_tables_its_own_tasks() -> None:
@@ -72,7 +69,7 @@ def test_each_grid_experiment_tables_its_own_tasks() -> None:
     from experiments.lr_choice import lr_grid
 
     curve = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5]
-    runs = {f"guess_number/{label(rate)}": {"tpo": _cell(curve, curve), "grpo": _cell(curve, curve)}
+    runs = {f"guess_number/{rate_label(rate)}": {"tpo": _cell(curve, curve), "grpo": _cell(curve, curve)}
             for rate in RATES}
     table = lr_grid(get_experiment("agents_grid"), runs)
     assert "| guess_number | tpo | the binary reward | 1 x 50 | 0.600 | 0.600 | 0.600 | 3e-06 |" in table

@@ -432,13 +432,13 @@ def layout_table(root: str | Path = ".") -> str:
 # ------------------------------------------------------------------------------------------- the page
 def pages_of(name: str) -> tuple[str, ...]:
     """The pages the table ``name`` belongs on: :data:`README` the ``layout``; a table of an experiment
-    (``kind:experiment``) its :data:`EXPERIMENT_PAGES` page, the ``llm_*`` findings README too; :data:`DOC`
-    every other."""
+    (``kind:experiment``) its :data:`EXPERIMENT_PAGES` page, the ``llm_*`` and ``agents_*`` findings README
+    too; :data:`DOC` every other."""
     if name == "layout":
         return (README,)
     page = experiment_page(name.partition(":")[2])
-    if page == LLM_DOC and name.startswith("findings:"):
-        return (LLM_DOC, README)
+    if page in (LLM_DOC, AGENTS_DOC) and name.startswith("findings:"):
+        return (page, README)
     return (page,)
 
 

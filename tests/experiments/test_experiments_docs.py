@@ -60,6 +60,7 @@ def test_readme_holds_the_layout_of_the_modules():
     assert pages_of("layout") == (README,) and pages_of("report:llm_study") == (LLM_DOC,)
     assert pages_of("superseded-report:terminal") == (DOC,)
     assert pages_of("findings:llm_study") == (LLM_DOC, README)
+    assert pages_of("findings:agents_study") == (AGENTS_DOC, README)
 
 
 def test_layout_table_lists_every_module_with_its_docstring(tmp_path):

@@ -44,7 +44,7 @@ PAIRWISE_LEGEND = (
     "seed's (ties count half; 1 - U / (n_TPO n_method)), the direction the test measures. final: "
     "difference of the seed means of the last point. per-seed steps: difference of the medians of each "
     "seed's own first crossing (never = +inf, ranked after every crossing; never − never = 0; ±inf: one "
-    "median is never).")
+    "median is never; \"never − never\" in place of the numbers: no seed of either crosses).")
 
 
 def compare(a: np.ndarray, b: np.ndarray, statistic: Callable[..., Any] = np.mean) -> dict[str, Any]:
@@ -75,7 +75,8 @@ def reference_pairs(runs: dict[str, dict[str, Runs]], order: list[tuple[str, str
 def pairwise(experiment: Experiment, runs: dict[str, dict[str, Runs]],
              order: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """One row per (variant, method) of ``order`` whose variant holds TPO: TPO - method of the final
-    (``final_*``) and, with a threshold, of the per-seed median steps (``seed_steps_*``)."""
+    (``final_*``) and, with a threshold, of the per-seed median steps (``seed_steps_*``;
+    ``seed_steps_reached``: how many seeds of each cross it)."""
     rows = []
     for variant, algo, tpo, other in reference_pairs(runs, order):
         curves_tpo, curves_other = tpo.arrays[experiment.metric], other.arrays[experiment.metric]
@@ -84,15 +85,21 @@ def pairwise(experiment: Experiment, runs: dict[str, dict[str, Runs]],
                "seeds": [len(tpo.seeds), len(other.seeds)], "final_difference": final["difference"],
                "final_difference_ci": final["ci"], "final_p": final["p"], "final_lower": final["lower"]}
         if experiment.threshold is not None:
-            steps = compare(seed_steps(curves_tpo, experiment.threshold, tpo.x(experiment.metric)),
-                            seed_steps(curves_other, experiment.threshold, other.x(experiment.metric)),
-                            np.median)
+            crossings = (seed_steps(curves_tpo, experiment.threshold, tpo.x(experiment.metric)),
+                         seed_steps(curves_other, experiment.threshold, other.x(experiment.metric)))
+            steps = compare(*crossings, np.median)
+            row["seed_steps_reached"] = [int(np.isfinite(c).sum()) for c in crossings]
             row["seed_steps_difference"] = _signed_steps(steps["difference"])
             row["seed_steps_difference_ci"] = [_signed_steps(v) for v in steps["ci"]]
             row["seed_steps_p"] = steps["p"]
             row["seed_steps_lower"] = steps["lower"]
         rows.append(row)
     return rows
+
+
+def _never_both(row: dict[str, Any]) -> bool:
+    """Whether no seed of either method of a ``pairwise`` row crosses the threshold (never - never)."""
+    return row.get("seed_steps_reached") == [0, 0]
 
 
 def _fmt_difference(value: float, percent: bool) -> str:
@@ -119,7 +126,9 @@ def pairwise_table(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
         cells = [row["variant"], f"{row['reference']} − {row['label']}", "{} / {}".format(*row["seeds"]),
                  f"{_fmt_difference(row['final_difference'], percent)} [{low}, {high}]",
                  f"{row['final_p']:.2g}", f"{row['final_lower']:.2f}"]
-        if experiment.threshold is not None:
+        if experiment.threshold is not None and _never_both(row):
+            cells += ["never − never", "–", "–"]
+        elif experiment.threshold is not None:
             low, high = (_fmt_steps(v) for v in row["seed_steps_difference_ci"])
             cells += [f"{_fmt_steps(row['seed_steps_difference'])} [{low}, {high}]",
                       f"{row['seed_steps_p']:.2g}", f"{row['seed_steps_lower']:.2f}"]
@@ -146,8 +155,8 @@ def _verdict(reference: str, ci: list[float], p: float, lower: float, seeds: str
 def findings(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
     """The rows of ``pairwise`` in words, one line per (variant, method), once both methods hold their full
     seeds (``experiment.seeds_of``): the difference of the final errors with its interval, exact p and seed
-    counts, with a threshold also the per-seed first crossing's, each with its verdict (:func:`_verdict`);
-    before then, how many seeds each has."""
+    counts, with a threshold also the per-seed first crossing's (or that no seed of either crosses), each
+    with its verdict (:func:`_verdict`); before then, how many seeds each has."""
     percent = not experiment.name.startswith("tabular")
     unit = " pp" if percent else ""
     lines = []
@@ -167,7 +176,9 @@ def findings(experiment: Experiment, rows: list[dict[str, Any]]) -> str:
                 f"(95% interval [{_fmt_difference(low, percent)}, {_fmt_difference(high, percent)}], "
                 f"exact rank-sum p = {row['final_p']:.2g}, {seeds} seeds): "
                 f"{_verdict(reference, [low, high], row['final_p'], row['final_lower'], seeds)}")
-        if experiment.threshold is not None:
+        if experiment.threshold is not None and _never_both(row):
+            line += f"; no seed of either first crosses {100 * experiment.threshold:g}%"
+        elif experiment.threshold is not None:
             steps_low, steps_high = row["seed_steps_difference_ci"]
             line += (f"; per-seed first crossing of {100 * experiment.threshold:g}% "
                      f"{_fmt_steps(row['seed_steps_difference'])} steps (95% interval "

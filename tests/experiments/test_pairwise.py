@@ -13,7 +13,7 @@ import pytest
 from experiments.core import save_seed, seed_path
 from experiments.definitions import get_experiment
 from experiments.metrics import BOOTSTRAP_SEED, bootstrap_difference, difference, rank_sum_test
-from experiments.pairwise import compare, findings, pairwise
+from experiments.pairwise import compare, findings, pairwise, pairwise_table
 from experiments.report import _ordered, load_runs, report
 
 
@@ -143,6 +143,7 @@ def test_report_compares_tpo_with_each_method_of_its_cell_and_keeps_the_rows(tmp
     # per-seed crossings of 1%: TPO 1, 1, 2 (median 1); GRPO never, never, 2 (median never): TPO lower in
     # 8 of the 9 pairs of seeds, tied in one
     assert row["seed_steps_difference"] == "-inf" and row["seed_steps_lower"] == pytest.approx(8.5 / 9)
+    assert row["seed_steps_reached"] == [3, 1]
     text = report("vocab_sweep", tmp_path, tmp_path / "figs")
     assert "pairwise differences" in text and "| V2 | tpo (token) − grpo (token) | 3 / 3 |" in text
     summary = json.loads((tmp_path / "figs" / "vocab_sweep.json").read_text())
@@ -196,3 +197,17 @@ def test_findings_read_the_interval_and_the_ranks_together_and_give_the_crossing
                              "p = 0.3): the interval holds zero: no difference shown at 20 against 20 seeds.")
     assert lines[2] == "- `prompts/H10`, tpo − ppo: no result yet (30 of 40 and 20 of 20 seeds committed)."
     assert "40 against 20 seeds): tpo lower; per-seed" in lines[3]
+
+
+def test_a_crossing_no_seed_of_either_reaches_is_said_so_not_given_as_a_zero_difference(tmp_path):
+    """Neither method's seeds cross the threshold (vocab_sweep: 1%): never - never is a tie of +0 steps,
+    which the table and the findings state as no crossing at all."""
+    experiment = get_experiment("vocab_sweep")
+    full = experiment.seeds_of("V2", "tpo")
+    _write(tmp_path, experiment, "V2", "tpo", [[1.0, 0.5, 0.2]] * full)
+    _write(tmp_path, experiment, "V2", "grpo", [[1.0, 0.6, 0.3]] * experiment.seeds_of("V2", "grpo"))
+    runs = load_runs(tmp_path, "vocab_sweep")
+    row, = pairwise(experiment, runs, _ordered(experiment, runs))
+    assert row["seed_steps_reached"] == [0, 0] and row["seed_steps_difference"] == 0
+    assert pairwise_table(experiment, [row]).splitlines()[2].endswith("| never − never | – | – |")
+    assert findings(experiment, [row]).endswith("; no seed of either first crosses 1%.")

@@ -234,7 +234,8 @@ class MultiTurnEnv(gym.Env):
         """Start an episode on a uniformly drawn context, or on ``options["context"]``."""
         super().reset(seed=seed)
         context = reset_context(options, self.np_random, self.task.num_contexts, self.task.sample_contexts)
-        self.task.check_contexts([context])
+        if options and options.get("context") is not None:  # a drawn context is of the split already
+            self.task.check_contexts([context])
         self._episode = self.task.begin(context)
         return self._episode.transcript, self.task.reset_info(context)
 

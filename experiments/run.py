@@ -14,13 +14,13 @@ as many commands (and machines) as it needs. ``--smoke`` runs the small size (de
 model (``experiments.runner``: where the policy has populations and the experiment reads no per-seed
 ``train/`` diagnostics); ``--dry-run`` lists the jobs, one process each, with the estimated CPU seconds
 per seed and CPU-hours in all (``experiments.runner.estimate_cpu_s``: from the ``cpu_s`` that the seed
-files under ``--out`` record for the same env, updates and work settings). ``--launcher ray`` sends each
-job to a Ray cluster (``--address``, default a new local one; ``experiments.ray_launcher``), retrying a
-failed or lost job ``--retries`` times; the files are written here either way. With the processes
-launcher a job saves its whole state every ``--checkpoint-every`` minutes (default 15; 0: never) beside
-its first seed file (``seed_<k>.checkpoint.pt``), and the same command run again resumes a stopped job
-from there, as if it had never stopped (``experiments.checkpoints``); the checkpoint goes once the seed
-files are written.
+files under ``--out`` record for the same env, updates and work settings, this CPU's where they suffice).
+``--launcher ray`` sends each job to a Ray cluster (``--address``, default a new local one;
+``experiments.ray_launcher``), retrying a failed or lost job ``--retries`` times; the files are written
+here either way. With the processes launcher a job saves its whole state every ``--checkpoint-every``
+minutes (default 15; 0: never) beside its first seed file (``seed_<k>.checkpoint.pt``), and the same
+command run again resumes a stopped job from there, as if it had never stopped
+(``experiments.checkpoints``); the checkpoint goes once the seed files are written.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from experiments.runner import (
     run_tasks,
     unfinished,
 )
+from tpo_agents.provenance import cpu_description
 
 
 def default_out(smoke: bool) -> str:
@@ -167,7 +168,7 @@ def _print_jobs(tasks: list[Task], members_per_process: int, n_jobs: int, out: s
     hours, unknown = 0.0, 0
     for job in jobs:
         spec = job[0].spec
-        per_seed = estimate_cpu_s(spec, recorded)
+        per_seed = estimate_cpu_s(spec, recorded, cpu_description())
         if per_seed is None:
             unknown += len(job)
         else:
@@ -181,7 +182,8 @@ def _print_jobs(tasks: list[Task], members_per_process: int, n_jobs: int, out: s
         print(f"  estimated: {hours:.1f} one-thread CPU-hours for {len(todo) - unknown} seed(s), {unknown} "
               f"without an estimate (per seed: the mean cpu_s under {out} of the same method, env, updates "
               "and work settings; else of the method at another H or V, scaled as the other methods' costs "
-              "scale; else of every method)")
+              f"scale; else of every method; each from the seeds run on this CPU, {cpu_description()}, "
+              "where there are some, else from every machine's)")
 
 
 if __name__ == "__main__":

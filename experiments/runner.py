@@ -157,17 +157,19 @@ WORK_SETTINGS = ("batch_size", "group_size", "group_mode", "n_epochs", "match", 
 update skipped): a run without recorded seeds of its own method costs as the runs that agree on these."""
 
 
-def recorded_cpu_s(out: str | Path) -> list[tuple[dict[str, Any], float]]:
-    """(spec, one-thread CPU seconds) of every seed file under ``out`` whose meta records ``cpu_s``."""
+def recorded_cpu_s(out: str | Path) -> list[tuple[dict[str, Any], float, str | None]]:
+    """(spec, one-thread CPU seconds, CPU description) of every seed file under ``out`` whose meta records
+    ``cpu_s``."""
     recorded = []
     for path in sorted(Path(out).glob("*/**/seed_*.npz")):
         meta = load_seed(path)[1]
         if meta.get("cpu_s") is not None:
-            recorded.append((meta["spec"], float(meta["cpu_s"])))
+            recorded.append((meta["spec"], float(meta["cpu_s"]), meta.get("cpu")))
     return recorded
 
 
-def estimate_cpu_s(spec: RunSpec, recorded: list[tuple[dict[str, Any], float]]) -> float | None:
+def estimate_cpu_s(spec: RunSpec, recorded: list[tuple[dict[str, Any], float, str | None]],
+                   cpu: str | None = None) -> float | None:
     """The expected one-thread CPU seconds of one seed of ``spec``, from the seeds of ``recorded``
     (:func:`recorded_cpu_s`) of the same env id, number of updates and :data:`WORK_SETTINGS`.
 
@@ -175,28 +177,41 @@ def estimate_cpu_s(spec: RunSpec, recorded: list[tuple[dict[str, Any], float]]) 
     c(m, e) if m has seeds at e; else, over the other settings e' where m has seeds, the mean of
     c(m, e') * r(e, e'), with r(e, e') the mean of c(n, e) / c(n, e') over the other methods n at both
     (a method's cost moved to the spec's setting as the other methods' costs move); else the mean cpu_s of
-    all seeds at e; else None (nothing comparable recorded). Means over whatever machines ran the seeds.
+    all seeds at e; else None (nothing comparable recorded). With ``cpu`` (a
+    :func:`~tpo_agents.provenance.cpu_description`; CPU models differ up to twofold) each step first
+    takes the seeds that CPU ran, then every machine's.
     """
-    costs: dict[tuple[str, str], list[float]] = {}
-    for other, cpu_s in recorded:
-        if (other["env_id"], other["n_updates"]) == (spec.env_id, spec.n_updates) and all(
-                other["kwargs"].get(key) == spec.kwargs.get(key) for key in WORK_SETTINGS):
-            setting = json.dumps(other["env_kwargs"], sort_keys=True)
-            costs.setdefault((other["algo"], setting), []).append(cpu_s)
-    mean = {cell: sum(values) / len(values) for cell, values in costs.items()}
+    comparable = [(other["algo"], json.dumps(other["env_kwargs"], sort_keys=True), cpu_s, machine)
+                  for other, cpu_s, machine in recorded
+                  if (other["env_id"], other["n_updates"]) == (spec.env_id, spec.n_updates)
+                  and all(other["kwargs"].get(key) == spec.kwargs.get(key) for key in WORK_SETTINGS)]
     here = json.dumps(spec.env_kwargs, sort_keys=True)
-    if (spec.algo, here) in mean:
-        return mean[spec.algo, here]
+    pools = ([[seed for seed in comparable if seed[3] == cpu]] if cpu is not None else []) + [comparable]
+    for pool in pools:
+        if (cost := _method_cost(spec.algo, here, pool)) is not None:
+            return cost
+    for pool in pools:
+        if at_here := [cpu_s for _, setting, cpu_s, _ in pool if setting == here]:
+            return sum(at_here) / len(at_here)
+    return None
+
+
+def _method_cost(algo: str, here: str, seeds: list[tuple[str, str, float, str | None]]) -> float | None:
+    """:func:`estimate_cpu_s`'s c(m, e), else its moved estimate, else None, from ``seeds`` of
+    (algo, setting, cpu_s, cpu)."""
+    costs: dict[tuple[str, str], list[float]] = {}
+    for other, setting, cpu_s, _ in seeds:
+        costs.setdefault((other, setting), []).append(cpu_s)
+    mean = {cell: sum(values) / len(values) for cell, values in costs.items()}
+    if (algo, here) in mean:
+        return mean[algo, here]
     moved = []
-    for setting in [setting for algo, setting in mean if algo == spec.algo]:
+    for setting in [setting for method, setting in mean if method == algo]:
         ratios = [mean[other, here] / mean[other, there] for other, there in mean
-                  if there == setting and other != spec.algo and (other, here) in mean]
+                  if there == setting and other != algo and (other, here) in mean]
         if ratios:
-            moved.append(mean[spec.algo, setting] * sum(ratios) / len(ratios))
-    if moved:
-        return sum(moved) / len(moved)
-    at_here = [cpu_s for (_, setting), values in costs.items() if setting == here for cpu_s in values]
-    return sum(at_here) / len(at_here) if at_here else None
+            moved.append(mean[algo, setting] * sum(ratios) / len(ratios))
+    return sum(moved) / len(moved) if moved else None
 
 
 def run_tasks(tasks: list[Task], n_jobs: int = 1, log: Any = None,

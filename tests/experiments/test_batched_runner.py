@@ -166,9 +166,12 @@ def test_the_parent_of_a_multi_process_run_never_imports_torch(tmp_path):
     assert out.stdout.split()[-1] == "False"
 
 
-def _recorded_seed(out, variant: str, spec: RunSpec, seed: int, cpu_s: float | None) -> None:
-    """A terminal seed file of ``spec`` whose meta records ``cpu_s`` (None: a file without it)."""
-    meta = {"seed": seed, "spec": asdict(spec), "fingerprint": spec.fingerprint()}
+def _recorded_seed(out, variant: str, spec: RunSpec, seed: int, cpu_s: float | None,
+                   cpu: str | None = None) -> None:
+    """A terminal seed file of ``spec`` whose meta records ``cpu_s`` (None: a file without it), and the
+    CPU that ran it when ``cpu`` is given."""
+    meta = {"seed": seed, "spec": asdict(spec), "fingerprint": spec.fingerprint()} | (
+        {} if cpu is None else {"cpu": cpu})
     save_seed(seed_path(out, "terminal", variant, spec.algo, seed), {"update/error": np.ones(3)},
               meta | ({} if cpu_s is None else {"cpu_s": cpu_s}))
 
@@ -183,7 +186,7 @@ def test_a_seed_costs_as_its_method_else_its_method_elsewhere_scaled_else_all_at
     _recorded_seed(tmp_path, "skip/H7", skipping, 0, 10.0)  # other work settings: never counted
     _recorded_seed(tmp_path, "prompts/H7", tpo.with_updates(20), 5, 1.0)  # other updates: never counted
     recorded = recorded_cpu_s(tmp_path)
-    assert sorted(cpu_s for _, cpu_s in recorded) == [1.0, 10.0, 200.0, 300.0, 400.0]
+    assert sorted(cpu_s for _, cpu_s, _ in recorded) == [1.0, 10.0, 200.0, 300.0, 400.0]
     assert estimate_cpu_s(tpo, recorded) == pytest.approx(250.0)  # its own method's seeds
     no_anchor = grid["H7"]["tpo_no_anchor"]
     assert estimate_cpu_s(no_anchor, recorded) == pytest.approx(300.0)  # (200 + 300 + 400) / 3
@@ -202,3 +205,30 @@ def test_a_seed_costs_as_its_method_else_its_method_elsewhere_scaled_else_all_at
     assert estimate_cpu_s(grid["H8"]["tpo"], recorded) == pytest.approx(250.0 * (2 + 3) / 2)
     assert estimate_cpu_s(grid["H8"]["grpo"], recorded) == pytest.approx(800.0)
     assert estimate_cpu_s(grid["H8"]["tpo_no_anchor"], recorded) == pytest.approx(700.0)  # no own seeds
+
+
+def test_a_seed_costs_as_the_seeds_this_cpu_ran_where_there_are_some(tmp_path) -> None:
+    """Each step of the estimate takes this CPU's seeds first: its own method's seeds here, moved to
+    another H by this CPU's ratios, then every machine's; the mean of all methods last, this CPU's first."""
+    grid = get_experiment("ablations").build(2000, False)
+    seeds = [("H7", "tpo", 0, 100.0, "fast"), ("H7", "tpo", 1, 300.0, "slow"),
+             ("H7", "grpo", 0, 200.0, "fast"), ("H8", "grpo", 0, 400.0, "fast"),
+             ("H7", "grpo", 1, 400.0, "slow"), ("H8", "grpo", 1, 1200.0, "slow"),
+             ("H7", "group_pg", 0, 500.0, "slow")]
+    for variant, algo, seed, cpu_s, cpu in seeds:
+        _recorded_seed(tmp_path, f"prompts/{variant}", grid[variant][algo], seed, cpu_s, cpu)
+    recorded = recorded_cpu_s(tmp_path)
+    assert [cpu for *_, cpu in recorded].count("fast") == 3
+    tpo7, tpo8 = grid["H7"]["tpo"], grid["H8"]["tpo"]
+    assert estimate_cpu_s(tpo7, recorded, "fast") == pytest.approx(100.0)
+    assert estimate_cpu_s(tpo7, recorded, "slow") == pytest.approx(300.0)
+    assert estimate_cpu_s(tpo7, recorded) == estimate_cpu_s(tpo7, recorded, "other") == pytest.approx(200.0)
+    assert estimate_cpu_s(tpo8, recorded, "fast") == pytest.approx(100.0 * 400.0 / 200.0)
+    assert estimate_cpu_s(tpo8, recorded, "slow") == pytest.approx(300.0 * 1200.0 / 400.0)
+    # all machines: c(tpo, H7) = 200 moved by c(grpo, H8) / c(grpo, H7) = 800 / 300
+    assert estimate_cpu_s(tpo8, recorded) == pytest.approx(200.0 * 800.0 / 300.0)
+    pg7 = grid["H7"]["group_pg"]  # its own seeds on another CPU come before other methods' on this one
+    assert estimate_cpu_s(pg7, recorded, "fast") == pytest.approx(500.0)
+    no_anchor8 = grid["H8"]["tpo_no_anchor"]  # no seeds of its own: all methods at H = 8, this CPU's first
+    assert estimate_cpu_s(no_anchor8, recorded, "fast") == pytest.approx(400.0)
+    assert estimate_cpu_s(no_anchor8, recorded, "other") == pytest.approx(800.0)

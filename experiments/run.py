@@ -1,15 +1,16 @@
 """Run the seeds of one experiment of the paper, one file per seed, resuming where a run stopped.
 
-``python -m experiments.run <experiment> [--smoke] [--n-seeds N] [--n-jobs J] [--members-per-process N]
-[--episodes N] [--algorithms a,b] [--variants v,w] [--out results/paper] [--launcher processes|ray]
-[--address A] [--retries R] [--checkpoint-every MINUTES]``.
+``python -m experiments.run <experiment> [--smoke] [--n-seeds N | --seeds 3,7-9] [--n-jobs J]
+[--members-per-process N] [--episodes N] [--algorithms a,b] [--variants v,w] [--out results/paper]
+[--launcher processes|ray] [--address A] [--retries R] [--checkpoint-every MINUTES]``.
 
 Per-seed curves go to ``<out>/<experiment>/<variant>/<algo>/seed_<k>.npz`` (default out
 ``results/paper``, the committed results behind docs/results.md); a seed already finished with the same
 settings is not rerun, so an interrupted command resumes where it stopped, and a sweep accumulates over
 as many commands (and machines) as it needs. ``--smoke`` runs the small size (default out
 ``results/smoke``); ``--episodes`` sets the number of updates
-(episodes on token tasks, steps on the bandits and MNIST). ``all`` runs every experiment in turn.
+(episodes on token tasks, steps on the bandits and MNIST). ``--seeds`` runs only the seeds it names
+(so that two cores or machines can share the seeds of one run). ``all`` runs every experiment in turn.
 ``--members-per-process`` caps the consecutive seeds of one run that one process trains together as one
 model (``experiments.runner``: where the policy has populations and the experiment reads no per-seed
 ``train/`` diagnostics); ``--dry-run`` lists the jobs, one process each, with the estimated CPU seconds
@@ -58,6 +59,20 @@ def _positive(text: str) -> int:
     return value
 
 
+def seed_list(text: str) -> list[int]:
+    """The seeds of ``--seeds``: comma-separated seeds and ranges, ``3,7-9`` = [3, 7, 8, 9] (argparse
+    type; a seed is an integer >= 0, a range LOW-HIGH has LOW <= HIGH)."""
+    seeds: set[int] = set()
+    for item in (part.strip() for part in text.split(",")):
+        low, dash, high = item.partition("-")
+        high = high if dash else low
+        if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
+            raise argparse.ArgumentTypeError(
+                f"{item!r} in {text!r}: give seeds >= 0 and ranges LOW-HIGH with LOW <= HIGH, as in 3,7-9")
+        seeds.update(range(int(low), int(high) + 1))
+    return sorted(seeds)
+
+
 def _list(text: str | None) -> list[str] | None:
     return [item.strip() for item in text.split(",") if item.strip()] if text else None
 
@@ -67,7 +82,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m experiments.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--smoke", action="store_true", help="the few-minutes size")
-    parser.add_argument("--n-seeds", type=int, help="seeds 0..N-1 (default: the experiment's)")
+    which_seeds = parser.add_mutually_exclusive_group()
+    which_seeds.add_argument("--n-seeds", type=int, help="seeds 0..N-1 (default: the experiment's)")
+    which_seeds.add_argument("--seeds", type=seed_list,
+                             help="only these seeds, comma-separated seeds and ranges (3,7-9)")
     parser.add_argument("--n-jobs", type=_positive,
                         help="jobs side by side: processes (default 1), or with --launcher ray the share "
                              "each run is split into (default: the cluster's CPUs)")
@@ -140,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         experiment = get_experiment(name)
         try:
             tasks = plan(experiment, out, args.smoke, args.n_seeds, args.episodes,
-                         _list(args.algorithms), _list(args.variants), args.device, every_s)
+                         _list(args.algorithms), _list(args.variants), args.device, every_s, args.seeds)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -44,11 +44,12 @@ MEMBERS_PER_PROCESS = 100
 def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: int | None = None,
          updates: int | None = None, algorithms: Iterable[str] | None = None,
          variants: Iterable[str] | None = None, device: str = "cpu",
-         checkpoint_every_s: float | None = None) -> list[Task]:
+         checkpoint_every_s: float | None = None, seeds: Iterable[int] | None = None) -> list[Task]:
     """Every seed of every run of ``experiment`` (seed-major, so partial results cover every method),
     to train on ``device``, saving a job's state every ``checkpoint_every_s`` seconds (None: never;
     :mod:`experiments.checkpoints`): seeds ``0 .. n_seeds - 1``, by default each variant's full number
-    (``Experiment.seeds_of``, per method; the smoke size's at ``smoke``). A run that another experiment's
+    (``Experiment.seeds_of``, per method; the smoke size's at ``smoke``), or exactly the seeds ``seeds``
+    (so that several machines can share one run's seeds). A run that another experiment's
     cell holds with the same settings (:func:`~experiments.definitions.borrowed_cells`) is that
     experiment's task, its seed file in that experiment's folder."""
     size = experiment.smoke if smoke else experiment.full
@@ -57,17 +58,24 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
     wanted_variants = set(variants) if variants else None
     _check_known("variant", wanted_variants, set(grid))
     _check_known("algorithm", wanted_algos, {a for runs in grid.values() for a in runs})
+    chosen = sorted(set(seeds)) if seeds is not None else None
+    if chosen is not None and (n_seeds is not None or not chosen or chosen[0] < 0):
+        raise ValueError(f"seeds {chosen}: give one or more seeds >= 0, and not with n_seeds ({n_seeds})")
     borrowed = borrowed_cells(experiment, updates, smoke)
     tasks = []
-    def seeds(variant: str, algo: str) -> int:
+    def count(variant: str, algo: str) -> int:
+        if chosen is not None:
+            return chosen[-1] + 1
         return n_seeds or (size.seeds if smoke else experiment.seeds_of(variant, algo))
 
-    for seed in range(max(seeds(variant, algo) for variant, runs in grid.items() for algo in runs)):
+    for seed in range(max(count(variant, algo) for variant, runs in grid.items() for algo in runs)):
+        if chosen is not None and seed not in chosen:
+            continue
         for variant, runs in grid.items():
             if wanted_variants is not None and variant not in wanted_variants:
                 continue
             for algo, spec in runs.items():
-                if (wanted_algos is None or algo in wanted_algos) and seed < seeds(variant, algo):
+                if (wanted_algos is None or algo in wanted_algos) and seed < count(variant, algo):
                     owner, cell = borrowed.get((variant, algo), (experiment.name, variant))
                     definition = get_experiment(owner)
                     tasks.append(Task(owner, cell, seed, spec, str(seed_path(out, owner, cell, algo, seed)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -43,6 +44,7 @@ from experiments.report import (
 )
 from experiments.report import _shared as report_shared
 from experiments.report import main as report_main
+from experiments.run import parse_args, seed_list
 from experiments.runner import Task, build_model, plan, run_job, run_tasks
 from experiments.runs import SharedFrom, share_grouped_runs
 from tpo_agents.losses import cosine_misalignment
@@ -291,6 +293,30 @@ def test_plan_rejects_unknown_variants_and_algorithms(tmp_path):
         plan(experiment, tmp_path, variants=["V3"])
     with pytest.raises(ValueError, match="tpo_token"):
         plan(experiment, tmp_path, algorithms=["tpo_token"])
+
+
+def test_seeds_plans_only_the_seeds_it_names(tmp_path):
+    """``--seeds 3,7-9`` plans seeds 3, 7, 8 and 9 of each run, also past a cell's default count (the
+    ablations' 20), so that two cores can share one run's seeds; it is a one-line error with ``--n-seeds``
+    or for a malformed seed or range."""
+    assert seed_list("3,7-9") == [3, 7, 8, 9]
+    assert seed_list(" 5 ,2,5, 0-1") == [0, 1, 2, 5]
+    for bad, item in (("9-7", "9-7"), ("3,x", "x"), ("1,,2", ""), ("-1", "-1"), ("2-", "2-"), ("", "")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^'{item}' in '{bad}': give seeds >= 0"):
+            seed_list(bad)
+    experiment = get_experiment("ablations")
+    tasks = plan(experiment, tmp_path, variants=["H10"], algorithms=["group_pg", "tpo_no_anchor"],
+                 seeds=[19, 3, 25])
+    assert [(t.seed, t.spec.algo) for t in tasks] == [(seed, algo) for seed in (3, 19, 25)
+                                                      for algo in ("tpo_no_anchor", "group_pg")]
+    assert Path(tasks[2].path).name == "seed_19.npz"
+    with pytest.raises(ValueError, match="n_seeds"):
+        plan(experiment, tmp_path, n_seeds=4, seeds=[3])
+    with pytest.raises(ValueError, match="seeds"):
+        plan(experiment, tmp_path, seeds=[])
+    assert parse_args(["ablations", "--seeds", "12,17-19"]).seeds == [12, 17, 18, 19]
+    with pytest.raises(SystemExit):
+        parse_args(["ablations", "--seeds", "3", "--n-seeds", "4"])
 
 
 def test_a_cell_with_more_seeds_runs_them_by_default(tmp_path):

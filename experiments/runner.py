@@ -64,18 +64,17 @@ def plan(experiment: Experiment, out: str | Path, smoke: bool = False, n_seeds: 
     borrowed = borrowed_cells(experiment, updates, smoke)
     tasks = []
     def count(variant: str, algo: str) -> int:
-        if chosen is not None:
-            return chosen[-1] + 1
         return n_seeds or (size.seeds if smoke else experiment.seeds_of(variant, algo))
 
-    for seed in range(max(count(variant, algo) for variant, runs in grid.items() for algo in runs)):
-        if chosen is not None and seed not in chosen:
-            continue
+    every_seed = chosen if chosen is not None else range(
+        max(count(variant, algo) for variant, runs in grid.items() for algo in runs))
+    for seed in every_seed:
         for variant, runs in grid.items():
             if wanted_variants is not None and variant not in wanted_variants:
                 continue
             for algo, spec in runs.items():
-                if (wanted_algos is None or algo in wanted_algos) and seed < count(variant, algo):
+                in_run = chosen is not None or seed < count(variant, algo)
+                if (wanted_algos is None or algo in wanted_algos) and in_run:
                     owner, cell = borrowed.get((variant, algo), (experiment.name, variant))
                     definition = get_experiment(owner)
                     tasks.append(Task(owner, cell, seed, spec, str(seed_path(out, owner, cell, algo, seed)),
